@@ -1,0 +1,85 @@
+# syncbn — plain GNU Make: the project is C with a handful of optional
+# backends detected by probing for their tools (mpicc, nvcc); no configure
+# step is needed and every target works from a fresh clone.
+#
+#   make            build the library, tools and tests into build/
+#   make test       install missing Debian packages, build, run the suite
+#   make run        install missing Debian packages, run the main job
+#   make install    PREFIX=/usr/local: headers, libraries, pkg-config
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   := build
+CFLAGS  ?= -O3 -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -Wshadow -fPIC -pthread -Iinclude
+LDLIBS  += -lm -pthread
+PYTHON  := /usr/bin/python3
+
+# Debian packages each target needs (installed by scripts/deps.sh when missing).
+DEPS_BUILD := gcc make libc6-dev
+DEPS_TEST  := $(DEPS_BUILD) python3-torch python3-numpy
+
+LIB_SRCS := src/core/status.c src/core/tensor.c src/core/bn.c \
+            src/cpu/bn_kernels.c \
+            src/comm/group.c src/comm/threads.c
+TEST_SUPPORT := tests/testutil.c tests/bn_case.c
+TESTS    := test_status test_groups test_reference test_equivalence test_misuse test_determinism
+TOOLS    := syncbn-demo
+
+# Optional parts add to the lists above.
+-include mk/*.mk
+
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+TEST_BINS := $(TESTS:%=$(BUILD)/tests/%) $(BUILD)/tests/torch_peer
+TOOL_BINS := $(TOOLS:%=$(BUILD)/tools/%)
+
+.PHONY: all lib test run deps-build deps-test install clean
+all: lib $(TEST_BINS) $(TOOL_BINS)
+lib: $(BUILD)/libsyncbn.a $(BUILD)/libsyncbn.so
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libsyncbn.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libsyncbn.so: $(LIB_OBJS)
+	$(CC) -shared -Wl,-soname,libsyncbn.so.0 -o $@ $^ $(LDLIBS) $(LIB_LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT:%.c=$(BUILD)/%.o) $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_SUPPORT:%.c=$(BUILD)/%.o) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+
+$(BUILD)/tools/%: tools/%.c $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+
+deps-build:
+	@scripts/deps.sh $(DEPS_BUILD)
+deps-test:
+	@scripts/deps.sh $(DEPS_TEST)
+
+# The whole suite; each test prints its evidence and exits non-zero on failure.
+test: deps-test
+	@$(MAKE) --no-print-directory all
+	@scripts/run_tests.sh $(BUILD) $(TESTS) $(EXTRA_TEST_CMDS)
+
+run: deps-build
+	@$(MAKE) --no-print-directory $(BUILD)/tools/syncbn-demo
+	$(BUILD)/tools/syncbn-demo
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libsyncbn.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libsyncbn.so $(DESTDIR)$(PREFIX)/lib/libsyncbn.so.0
+	ln -sf libsyncbn.so.0 $(DESTDIR)$(PREFIX)/lib/libsyncbn.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define SYNCBN_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' include/syncbn.h | paste -sd.)|' \
+	    syncbn.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/syncbn.pc
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,292 @@
+/*
+ * syncbn.h — synchronized batch normalization for data-parallel training.
+ *
+ * One public header. Everything is reached through opaque handles; every call
+ * returns an sbn_status; sbn_last_error() holds a per-thread message with the
+ * detail of the most recent failure. The library never prints (unless the
+ * environment sets SYNCBN_DEBUG=1) and never exits or aborts on a user error.
+ *
+ * Naming: sbn_<object>_<action>; enum values carry their enum's name
+ * (SBN_STATUS_*, SBN_DTYPE_*, ...). Outputs come first in argument lists.
+ *
+ * Threading: a handle (group, layer) is used by one thread at a time. Ranks of
+ * the in-process backend are threads, each with its own handles.
+ *
+ * Environment:
+ *   SYNCBN_TIMEOUT  seconds a collective waits for missing ranks (default 300)
+ *   SYNCBN_DEBUG    1: print every error to stderr as it is recorded
+ */
+#ifndef SYNCBN_H
+#define SYNCBN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SYNCBN_VERSION_MAJOR 0
+#define SYNCBN_VERSION_MINOR 1
+#define SYNCBN_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH, comparable with sbn_version(). */
+#define SYNCBN_VERSION \
+  (SYNCBN_VERSION_MAJOR * 10000 + SYNCBN_VERSION_MINOR * 100 + SYNCBN_VERSION_PATCH)
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* X(name, message): one table generates the enum, the names and messages. */
+#define SBN_STATUS_MAP(X)                                                         \
+  X(OK, "no error")                                                               \
+  X(INVALID_ARGUMENT, "invalid argument (NULL pointer, bad option or shape)")     \
+  X(UNSUPPORTED, "unsupported dtype, layout or device")                           \
+  X(NOT_BUILT, "this feature or backend was not built into the library")          \
+  X(NOT_MEMBER, "the calling rank is not a member of the requested group")        \
+  X(MISMATCH, "ranks of a group disagree on the collective (layer, C or dtype)")  \
+  X(PEER_FAILED, "another rank of the group reported an error")                   \
+  X(TIMEOUT, "a collective timed out waiting for missing ranks")                  \
+  X(GROUP_BROKEN, "the group failed earlier (timeout or fault) and is unusable")  \
+  X(BAD_STATE, "call out of order (e.g. backward without a training forward)")    \
+  X(OUT_OF_MEMORY, "out of memory")                                               \
+  X(BACKEND_ERROR, "the communication or device backend reported an error")       \
+  X(IO_ERROR, "input/output error")                                               \
+  X(INTERNAL, "internal error (a bug in syncbn)")
+
+typedef enum sbn_status {
+#define SBN_STATUS_ENUM_(name, msg) SBN_STATUS_##name,
+  SBN_STATUS_MAP(SBN_STATUS_ENUM_)
+#undef SBN_STATUS_ENUM_
+  SBN_STATUS_COUNT_
+} sbn_status;
+
+/* Static message for a status ("unknown status" for out-of-range values). */
+const char *sbn_status_string(sbn_status status);
+/* Static name of a status, e.g. "SBN_STATUS_TIMEOUT". */
+const char *sbn_status_name(sbn_status status);
+/* Detail of the most recent failure on the calling thread ("" if none).
+ * Valid until the next syncbn call on this thread. */
+const char *sbn_last_error(void);
+/* Runtime version, same encoding as SYNCBN_VERSION. */
+int sbn_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors: a descriptor of caller-owned memory                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum sbn_dtype {
+  SBN_DTYPE_FLOAT32 = 0,
+  SBN_DTYPE_BFLOAT16 = 1, /* storage type: accepted where documented */
+  SBN_DTYPE_FLOAT16 = 2,  /* storage type: accepted where documented */
+  SBN_DTYPE_FLOAT64 = 3,  /* group collectives only */
+  SBN_DTYPE_INT64 = 4     /* group broadcast only (e.g. num_batches_tracked) */
+} sbn_dtype;
+
+/* Memory order of a dense tensor whose logical shape is (N, C, d1, ..., dk).
+ * CHANNELS_FIRST: row-major (N, C, d1..dk), PyTorch's contiguous format.
+ * CHANNELS_LAST:  row-major (N, d1..dk, C), PyTorch's channels_last(_3d). */
+typedef enum sbn_layout {
+  SBN_LAYOUT_CHANNELS_FIRST = 0,
+  SBN_LAYOUT_CHANNELS_LAST = 1
+} sbn_layout;
+
+typedef enum sbn_device_type {
+  SBN_DEVICE_CPU = 0,
+  SBN_DEVICE_CUDA = 1 /* answered SBN_STATUS_NOT_BUILT without CUDA support */
+} sbn_device_type;
+
+typedef struct sbn_device {
+  sbn_device_type type;
+  int index; /* CUDA ordinal; 0 for the CPU */
+} sbn_device;
+
+#define SBN_MAX_DIMS 5
+
+/* A dense tensor in caller-owned memory. shape is always the logical
+ * PyTorch order (N, C, d1..); layout says how it lies in memory. The
+ * descriptor does not own data; the library never frees it. */
+typedef struct sbn_tensor {
+  void *data;
+  int ndim; /* 2..SBN_MAX_DIMS for layer inputs */
+  int64_t shape[SBN_MAX_DIMS];
+  sbn_dtype dtype;
+  sbn_layout layout;
+  sbn_device device;
+} sbn_tensor;
+
+/* Convenience: a CPU tensor descriptor. Does not validate (the consumer does).
+ * shape must hold ndim values; ndim is clamped to [0, SBN_MAX_DIMS]. */
+sbn_tensor sbn_tensor_cpu(void *data, int ndim, const int64_t *shape, sbn_dtype dtype,
+                          sbn_layout layout);
+/* Number of elements (product of the shape), 0 for ndim <= 0. */
+int64_t sbn_tensor_numel(const sbn_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* Process groups                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A group of ranks that synchronize. Each rank holds its own handle.
+ * Backends: "threads" (this header), "mpi" (syncbn_mpi.h), "nccl"
+ * (syncbn_nccl.h). The layer never depends on which one a group uses. */
+typedef struct sbn_group sbn_group;
+
+/* --- in-process backend: a team of `size` thread ranks --- */
+typedef struct sbn_team sbn_team;
+
+/* Create a team of `size` >= 1 ranks. Nothing runs yet: each of `size`
+ * threads calls sbn_team_join with a distinct rank. */
+sbn_status sbn_team_create(sbn_team **team, int size);
+/* Join as `rank` (0 <= rank < size, each rank exactly once) and receive the
+ * team's world group. The handle belongs to the calling thread; release it
+ * with sbn_group_destroy. Returns at once (no rendezvous). */
+sbn_status sbn_team_join(sbn_group **world, sbn_team *team, int rank);
+/* Free the team. Groups already joined stay valid until destroyed. */
+sbn_status sbn_team_destroy(sbn_team *team);
+
+/* Run fn on `size` threads, one per rank, each given its world group (which
+ * is destroyed after fn returns). Returns SBN_STATUS_OK when every fn returned
+ * 0, else the status of the lowest failing rank (SBN_STATUS_INTERNAL if fn
+ * returned a non-status value). */
+typedef int (*sbn_rank_fn)(sbn_group *world, void *arg);
+sbn_status sbn_team_run(int size, sbn_rank_fn fn, void *arg);
+
+/* --- queries --- */
+int sbn_group_rank(const sbn_group *group); /* -1 for NULL */
+int sbn_group_size(const sbn_group *group); /* 0 for NULL */
+/* Backend name ("threads", "mpi", "nccl") and a descriptive group name used in
+ * error messages ("world", "world/split(color=1)", "world/ranks{0,1}"). */
+const char *sbn_group_backend(const sbn_group *group);
+const char *sbn_group_name(const sbn_group *group);
+
+/* Seconds a collective on this group waits for missing ranks before failing
+ * with SBN_STATUS_TIMEOUT (naming the missing ranks) and marking the group
+ * broken. Default: SYNCBN_TIMEOUT or 300. Local; set it on every rank. */
+sbn_status sbn_group_set_timeout(sbn_group *group, double seconds);
+
+/* --- sub-groups (collective over the parent: every rank of the parent must
+ *     call, in the same order relative to other collectives) --- */
+
+#define SBN_UNDEFINED (-1) /* color for "not in any new group" */
+
+/* MPI-style split: ranks with the same color >= 0 form a group ordered by
+ * (key, parent rank). color SBN_UNDEFINED: *out = NULL and
+ * SBN_STATUS_NOT_MEMBER. */
+sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color, int key);
+/* PyTorch-style new_group: `ranks` (parent ranks, distinct, n >= 1) form a
+ * group ordered as listed. Every parent rank passes the same list; ranks not
+ * listed get *out = NULL and SBN_STATUS_NOT_MEMBER. Lists that differ between
+ * ranks give SBN_STATUS_MISMATCH on every rank. */
+sbn_status sbn_group_new(sbn_group **out, sbn_group *parent, int n, const int *ranks);
+/* Release this rank's handle (local, not collective). NULL is a no-op. */
+sbn_status sbn_group_destroy(sbn_group *group);
+
+/* --- collectives (every rank of the group, same order, same arguments) --- */
+
+typedef enum sbn_reduce_op { SBN_REDUCE_OP_SUM = 0 } sbn_reduce_op;
+
+/* In-place all-reduce of `count` values of dtype FLOAT32 or FLOAT64 in host
+ * memory. Results are bitwise identical on every rank and from run to run:
+ * values are summed in rank order (float32 accumulates in float64). */
+sbn_status sbn_group_allreduce(sbn_group *group, void *buf, size_t count, sbn_dtype dtype,
+                               sbn_reduce_op op);
+/* Copy `bytes` bytes from `root`'s buf into every other rank's buf. */
+sbn_status sbn_group_broadcast(sbn_group *group, void *buf, size_t bytes, int root);
+sbn_status sbn_group_barrier(sbn_group *group);
+
+/* ------------------------------------------------------------------------ */
+/* The layer: SyncBatchNorm                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sbn_bn sbn_bn;
+
+/* momentum value meaning PyTorch's momentum=None: cumulative moving average
+ * with factor 1/num_batches_tracked. */
+#define SBN_MOMENTUM_CUMULATIVE (-1.0)
+
+typedef struct sbn_bn_options {
+  int64_t num_features;    /* C > 0 */
+  double eps;              /* > 0; default 1e-5 */
+  double momentum;         /* in [0, 1] or SBN_MOMENTUM_CUMULATIVE; default 0.1 */
+  int affine;              /* learnable weight (init 1) and bias (init 0); default 1 */
+  int track_running_stats; /* running_mean (0), running_var (1), nbt (0); default 1 */
+  sbn_device device;       /* where parameters live and inputs must be; default CPU */
+} sbn_bn_options;
+
+/* PyTorch's defaults for C channels. */
+sbn_bn_options sbn_bn_options_default(int64_t num_features);
+
+/* Create a layer. group: the ranks whose statistics are synchronized; NULL
+ * or a group of size 1 gives plain BatchNorm with identical results. The
+ * group must outlive the layer. The layer gets an ordinal among layers
+ * created on this group handle: create layers in the same order on every
+ * rank (as replicas of one model do); collectives carry the ordinal so that
+ * ranks calling different layers get SBN_STATUS_MISMATCH instead of mixed
+ * statistics. New layers are in training mode. */
+sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *options, sbn_group *group);
+sbn_status sbn_bn_destroy(sbn_bn *bn); /* NULL is a no-op */
+
+sbn_status sbn_bn_set_training(sbn_bn *bn, int training);
+int sbn_bn_is_training(const sbn_bn *bn); /* -1 for NULL */
+sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
+
+/* Forward. x: (N, C, *) with 2..5 dims, C == num_features, N >= 0 (N = 0 is
+ * an empty rank: it still takes part in the collective), float32, either
+ * layout. y: same shape, dtype and layout as x; y may alias x exactly
+ * (in place) but must not partially overlap it.
+ *
+ * Training (or track_running_stats = 0): normalizes with the batch mean and
+ * biased variance over all ranks of the group (one all-reduce of 2C+1
+ * float64 values); with track_running_stats, updates running_mean and
+ * running_var (unbiased, n/(n-1) with n the global count per channel) and
+ * num_batches_tracked, and remembers the statistics for backward. A global
+ * count <= 1 is SBN_STATUS_INVALID_ARGUMENT on every rank. In eval mode with
+ * track_running_stats = 0 the statistics are this rank's own (no
+ * collective), as in PyTorch. Eval with running statistics: no collective.
+ *
+ * On any failure nothing changes: running statistics, num_batches_tracked
+ * and the saved statistics are as before the call; y is unspecified. */
+sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x);
+
+/* Backward of the most recent forward of this layer. x: the same input as
+ * that forward (same shape and values; the layer does not keep a copy);
+ * dy: same shape/dtype/layout as x. dx: overwritten; may be NULL when the
+ * input needs no gradient (the collective still happens); may alias dy or x
+ * exactly (elementwise), never partially.
+ * Training forward: dx uses the global sums of dy and dy*(x - mean), one
+ * all-reduce of 2C float64 values. grad_weight and grad_bias are LOCAL
+ * (this rank's contribution) and ACCUMULATED (+=) as in PyTorch; a
+ * data-parallel wrapper averages them over ranks. On failure nothing is
+ * accumulated. */
+sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy,
+                           const sbn_tensor *x);
+
+/* Set grad_weight and grad_bias to zero. */
+sbn_status sbn_bn_zero_grad(sbn_bn *bn);
+
+/* Per-channel state of a layer, as PyTorch names it. */
+typedef enum sbn_bn_tensor_id {
+  SBN_BN_TENSOR_WEIGHT = 0,       /* parameter (affine only) */
+  SBN_BN_TENSOR_BIAS = 1,         /* parameter (affine only) */
+  SBN_BN_TENSOR_GRAD_WEIGHT = 2,  /* gradient (affine only) */
+  SBN_BN_TENSOR_GRAD_BIAS = 3,    /* gradient (affine only) */
+  SBN_BN_TENSOR_RUNNING_MEAN = 4, /* buffer (track_running_stats only) */
+  SBN_BN_TENSOR_RUNNING_VAR = 5   /* buffer (track_running_stats only) */
+} sbn_bn_tensor_id;
+
+/* A view of one per-channel tensor: float32, shape (C), on the layer's
+ * device. The memory belongs to the layer (valid until sbn_bn_destroy) and
+ * may be read and written between calls (e.g. to load weights).
+ * SBN_STATUS_INVALID_ARGUMENT if the layer has no such tensor (affine = 0 or
+ * track_running_stats = 0). */
+sbn_status sbn_bn_tensor(sbn_tensor *view, sbn_bn *bn, sbn_bn_tensor_id id);
+
+/* num_batches_tracked (int64). Set fails without track_running_stats or for
+ * a negative value. */
+sbn_status sbn_bn_get_num_batches_tracked(const sbn_bn *bn, int64_t *out);
+sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SYNCBN_H */

@@ -1,0 +1,82 @@
+/* Internal: the process-group interface. A backend is a table of function
+ * pointers behind the opaque sbn_group handle; the layer only calls the
+ * sbn_comm_* wrappers below and never knows which backend it talks to. */
+#ifndef SBN_COMM_H
+#define SBN_COMM_H
+
+#include "syncbn.h"
+#include "../core/error.h"
+
+/* What a rank is doing in a collective. Every collective carries one; the
+ * backend checks that all ranks carry the same signature (kind, layer, count,
+ * dtype) before touching data, and propagates a rank's local error (status !=
+ * OK) to all ranks, so misuse becomes an error on every rank, not a hang or
+ * mixed statistics. */
+typedef enum sbn_sig_kind {
+  SBN_SIG_KIND_ALLREDUCE = 1,
+  SBN_SIG_KIND_BROADCAST,
+  SBN_SIG_KIND_BARRIER,
+  SBN_SIG_KIND_SPLIT,
+  SBN_SIG_KIND_NEW_GROUP,
+  SBN_SIG_KIND_BN_FORWARD,
+  SBN_SIG_KIND_BN_BACKWARD
+} sbn_sig_kind;
+
+typedef struct sbn_sig {
+  int32_t kind;    /* sbn_sig_kind */
+  int32_t layer;   /* layer ordinal on the group, -1 if none */
+  int64_t count;   /* payload elements (C for layers) */
+  int32_t dtype;   /* payload dtype */
+  int32_t status;  /* this rank's local error, SBN_STATUS_OK if none */
+  uint64_t extra;  /* kind-specific (root of a broadcast, hash of a rank list) */
+  char what[256];  /* for messages: "forward of layer #2 (C=64)" or the local error */
+} sbn_sig;
+
+/* Fill a signature; `what` is printf-formatted. */
+void sbn_sig_init(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn_dtype dtype,
+                  const char *fmt, ...) SBN_PRINTF(6, 7);
+/* Mark a signature as carrying this rank's local failure (message: the
+ * calling thread's last error). */
+void sbn_sig_set_error(sbn_sig *sig, sbn_status status);
+/* 1 when two signatures describe the same collective. */
+int sbn_sig_same(const sbn_sig *a, const sbn_sig *b);
+
+typedef struct sbn_comm_ops {
+  const char *name;
+  /* In-place sum of count FLOAT32/FLOAT64 values, rank-ordered. */
+  sbn_status (*allreduce)(sbn_group *g, void *buf, size_t count, sbn_dtype dtype,
+                          const sbn_sig *sig);
+  sbn_status (*broadcast)(sbn_group *g, void *buf, size_t bytes, int root, const sbn_sig *sig);
+  sbn_status (*barrier)(sbn_group *g, const sbn_sig *sig);
+  /* Collective over g; *out = NULL and SBN_STATUS_NOT_MEMBER for color < 0. */
+  sbn_status (*split)(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig);
+  void (*destroy)(sbn_group *g);
+} sbn_comm_ops;
+
+/* The handle: generic part + backend state. */
+struct sbn_group {
+  const sbn_comm_ops *ops;
+  void *impl;       /* backend state */
+  int rank, size;
+  double timeout_s; /* collective wait limit */
+  int next_layer;   /* ordinal handed to the next layer created on this handle */
+  char name[128];
+};
+
+/* Allocate a handle with the generic fields set (timeout from SYNCBN_TIMEOUT). */
+sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int size,
+                           const char *name);
+double sbn_default_timeout(void);
+
+/* The calls the layer makes (argument checks done by the caller). */
+static inline sbn_status sbn_comm_allreduce(sbn_group *g, void *buf, size_t count,
+                                            sbn_dtype dtype, const sbn_sig *sig) {
+  return g->ops->allreduce(g, buf, count, dtype, sig);
+}
+
+/* Message helper for backends: the error to report when the signatures of
+ * the ranks differ or carry errors. Returns the status every rank returns and
+ * records the message. sigs[r] is rank r's signature. */
+sbn_status sbn_sig_verdict(const sbn_group *g, const sbn_sig *sigs, int me);
+
+#endif

@@ -1,0 +1,242 @@
+/* Process groups, backend-independent part: the public sbn_group_* calls,
+ * argument checks, signatures and the messages for disagreeing ranks.
+ * new_group (a rank list) is built on the backend's split. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+
+double sbn_default_timeout(void) {
+  const char *env = getenv("SYNCBN_TIMEOUT");
+  if (env && env[0]) {
+    char *end;
+    double v = strtod(env, &end);
+    if (end != env && v > 0 && isfinite(v)) return v;
+  }
+  return 300.0;
+}
+
+sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int size,
+                           const char *name) {
+  sbn_group *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->ops = ops;
+  g->impl = impl;
+  g->rank = rank;
+  g->size = size;
+  g->timeout_s = sbn_default_timeout();
+  snprintf(g->name, sizeof g->name, "%s", name);
+  return g;
+}
+
+void sbn_sig_init(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn_dtype dtype,
+                  const char *fmt, ...) {
+  memset(sig, 0, sizeof *sig);
+  sig->kind = kind;
+  sig->layer = layer;
+  sig->count = count;
+  sig->dtype = dtype;
+  sig->status = SBN_STATUS_OK;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(sig->what, sizeof sig->what, fmt, ap);
+  va_end(ap);
+}
+
+void sbn_sig_set_error(sbn_sig *sig, sbn_status status) {
+  sig->status = status;
+  snprintf(sig->what, sizeof sig->what, "%s", sbn_last_error());
+}
+
+int sbn_sig_same(const sbn_sig *a, const sbn_sig *b) {
+  return a->kind == b->kind && a->layer == b->layer && a->count == b->count &&
+         a->dtype == b->dtype && a->extra == b->extra;
+}
+
+sbn_status sbn_sig_verdict(const sbn_group *g, const sbn_sig *sigs, int me) {
+  int first_err = -1, differ = 0;
+  for (int r = 0; r < g->size; r++) {
+    if (sigs[r].status != SBN_STATUS_OK && first_err < 0) first_err = r;
+    if (!sbn_sig_same(&sigs[r], &sigs[0])) differ = 1;
+  }
+  if (first_err < 0 && !differ) return SBN_STATUS_OK;
+  if (sigs[me].status != SBN_STATUS_OK) /* our own error: keep its message */
+    return sbn_fail((sbn_status)sigs[me].status, "%s", sigs[me].what);
+  if (first_err >= 0)
+    return sbn_fail(SBN_STATUS_PEER_FAILED, "group '%s' (%s, %d ranks): rank %d failed: %s",
+                    g->name, g->ops->name, g->size, first_err, sigs[first_err].what);
+  /* Ranks disagree: list each distinct call with the ranks making it. */
+  char msg[900];
+  int len = snprintf(msg, sizeof msg, "group '%s' (%s, %d ranks): ranks disagree on the collective:",
+                     g->name, g->ops->name, g->size);
+  for (int r = 0; r < g->size && len < (int)sizeof msg; r++) {
+    int seen = 0;
+    for (int q = 0; q < r; q++) seen |= sbn_sig_same(&sigs[q], &sigs[r]);
+    if (seen) continue;
+    len += snprintf(msg + len, sizeof msg - len, " %s[rank", r ? "; " : "");
+    for (int q = r; q < g->size && len < (int)sizeof msg; q++)
+      if (sbn_sig_same(&sigs[q], &sigs[r])) len += snprintf(msg + len, sizeof msg - len, " %d", q);
+    if (len < (int)sizeof msg) len += snprintf(msg + len, sizeof msg - len, "] %s", sigs[r].what);
+  }
+  return sbn_fail(SBN_STATUS_MISMATCH, "%s", msg);
+}
+
+/* ---- public calls ---- */
+
+int sbn_group_rank(const sbn_group *g) { return g ? g->rank : -1; }
+int sbn_group_size(const sbn_group *g) { return g ? g->size : 0; }
+const char *sbn_group_backend(const sbn_group *g) { return g ? g->ops->name : ""; }
+const char *sbn_group_name(const sbn_group *g) { return g ? g->name : ""; }
+
+sbn_status sbn_group_set_timeout(sbn_group *g, double seconds) {
+  sbn_clear_error();
+  if (!g) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_set_timeout: group is NULL");
+  if (!(seconds > 0) || !isfinite(seconds))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "sbn_group_set_timeout: timeout must be a positive number of seconds, got %g",
+                    seconds);
+  g->timeout_s = seconds;
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_group_destroy(sbn_group *g) {
+  sbn_clear_error();
+  if (!g) return SBN_STATUS_OK;
+  g->ops->destroy(g);
+  free(g);
+  return SBN_STATUS_OK;
+}
+
+static size_t dtype_size(sbn_dtype dtype) {
+  switch (dtype) {
+    case SBN_DTYPE_FLOAT32: return 4;
+    case SBN_DTYPE_FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+sbn_status sbn_group_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype dtype,
+                               sbn_reduce_op op) {
+  sbn_clear_error();
+  if (!g) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_allreduce: group is NULL");
+  sbn_sig sig;
+  sbn_sig_init(&sig, SBN_SIG_KIND_ALLREDUCE, -1, (int64_t)count, dtype,
+               "allreduce of %zu values (dtype %d)", count, (int)dtype);
+  if (!dtype_size(dtype))
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_UNSUPPORTED,
+                                     "sbn_group_allreduce: dtype %d unsupported (FLOAT32 or FLOAT64)",
+                                     (int)dtype));
+  else if (op != SBN_REDUCE_OP_SUM)
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_UNSUPPORTED,
+                                     "sbn_group_allreduce: op %d unsupported (only SUM)", (int)op));
+  else if (!buf && count)
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                                     "sbn_group_allreduce: buf is NULL with count %zu", count));
+  if (sig.status != SBN_STATUS_OK) count = 0; /* still take part, carry the error */
+  return g->ops->allreduce(g, buf, count, dtype, &sig);
+}
+
+sbn_status sbn_group_broadcast(sbn_group *g, void *buf, size_t bytes, int root) {
+  sbn_clear_error();
+  if (!g) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_broadcast: group is NULL");
+  sbn_sig sig;
+  sbn_sig_init(&sig, SBN_SIG_KIND_BROADCAST, -1, (int64_t)bytes, SBN_DTYPE_FLOAT32,
+               "broadcast of %zu bytes from rank %d", bytes, root);
+  sig.extra = (uint64_t)(int64_t)root;
+  if (root < 0 || root >= g->size)
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                                     "sbn_group_broadcast: root %d is not a rank of group '%s' (size %d)",
+                                     root, g->name, g->size));
+  else if (!buf && bytes)
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                                     "sbn_group_broadcast: buf is NULL with %zu bytes", bytes));
+  return g->ops->broadcast(g, buf, bytes, root, &sig);
+}
+
+sbn_status sbn_group_barrier(sbn_group *g) {
+  sbn_clear_error();
+  if (!g) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_barrier: group is NULL");
+  sbn_sig sig;
+  sbn_sig_init(&sig, SBN_SIG_KIND_BARRIER, -1, 0, SBN_DTYPE_FLOAT32, "barrier");
+  return g->ops->barrier(g, &sig);
+}
+
+sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color, int key) {
+  sbn_clear_error();
+  if (out) *out = NULL;
+  if (!parent) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_split: parent is NULL");
+  sbn_sig sig;
+  sbn_sig_init(&sig, SBN_SIG_KIND_SPLIT, -1, 0, SBN_DTYPE_FLOAT32, "split(color=%d, key=%d)",
+               color, key);
+  if (!out)
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_split: out is NULL"));
+  else if (color < 0 && color != SBN_UNDEFINED)
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                                     "sbn_group_split: color %d is negative (use SBN_UNDEFINED)", color));
+  sbn_group *tmp = NULL;
+  sbn_status st = parent->ops->split(&tmp, parent, color, key, &sig);
+  if (out) *out = tmp;
+  return st;
+}
+
+static uint64_t hash_ranks(int n, const int *ranks) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (int i = 0; i < n; i++) {
+    h ^= (uint64_t)(uint32_t)ranks[i];
+    h *= 1099511628211ull;
+  }
+  return h ^ (uint64_t)n;
+}
+
+sbn_status sbn_group_new(sbn_group **out, sbn_group *parent, int n, const int *ranks) {
+  sbn_clear_error();
+  if (out) *out = NULL;
+  if (!parent) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_new: parent is NULL");
+  /* First agree on the list (a barrier whose signature carries its hash),
+   * then split: members get color 0 and their list position as key. */
+  sbn_sig sig;
+  char list[160];
+  int len = 0;
+  list[0] = '\0';
+  for (int i = 0; ranks && i < n && len < (int)sizeof list - 8; i++)
+    len += snprintf(list + len, sizeof list - len, "%s%d", i ? "," : "", ranks[i]);
+  sbn_sig_init(&sig, SBN_SIG_KIND_NEW_GROUP, -1, n, SBN_DTYPE_FLOAT32, "new_group(ranks={%s})",
+               list);
+  int position = -1;
+  if (!out) {
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_new: out is NULL"));
+  } else if (n < 1 || !ranks) {
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                                     "sbn_group_new: need a list of at least one rank (n=%d)", n));
+  } else {
+    sig.extra = hash_ranks(n, ranks);
+    for (int i = 0; i < n && sig.status == SBN_STATUS_OK; i++) {
+      if (ranks[i] < 0 || ranks[i] >= parent->size)
+        sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                                         "sbn_group_new: rank %d is not in group '%s' (size %d)",
+                                         ranks[i], parent->name, parent->size));
+      for (int j = 0; j < i && sig.status == SBN_STATUS_OK; j++)
+        if (ranks[j] == ranks[i])
+          sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                                           "sbn_group_new: rank %d is listed twice", ranks[i]));
+      if (ranks[i] == parent->rank) position = i;
+    }
+  }
+  sbn_status st = parent->ops->barrier(parent, &sig);
+  if (st != SBN_STATUS_OK) return st;
+  sbn_sig split_sig;
+  sbn_sig_init(&split_sig, SBN_SIG_KIND_SPLIT, -1, 0, SBN_DTYPE_FLOAT32, "new_group(ranks={%s})",
+               list);
+  sbn_group *g = NULL;
+  st = parent->ops->split(&g, parent, position >= 0 ? 0 : SBN_UNDEFINED, position, &split_sig);
+  if (st == SBN_STATUS_NOT_MEMBER)
+    return sbn_fail(SBN_STATUS_NOT_MEMBER, "sbn_group_new: rank %d of '%s' is not in {%s}",
+                    parent->rank, parent->name, list);
+  if (st != SBN_STATUS_OK) return st;
+  snprintf(g->name, sizeof g->name, "%.60s/ranks{%.50s}", parent->name, list);
+  *out = g;
+  return SBN_STATUS_OK;
+}

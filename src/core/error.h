@@ -1,0 +1,22 @@
+/* Internal: recording errors in the per-thread last-error message. */
+#ifndef SBN_ERROR_H
+#define SBN_ERROR_H
+
+#include "syncbn.h"
+
+#if defined(__GNUC__)
+#define SBN_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define SBN_PRINTF(a, b)
+#endif
+
+/* Record a failure: formats the message into the thread's last error (and
+ * prints it when SYNCBN_DEBUG=1); returns status so callers can
+ * `return sbn_fail(...)`. */
+sbn_status sbn_fail(sbn_status status, const char *fmt, ...) SBN_PRINTF(2, 3);
+/* Keep status and message as they are (a failure already recorded). */
+static inline sbn_status sbn_pass(sbn_status status) { return status; }
+/* Clear the last error at the start of a public call. */
+void sbn_clear_error(void);
+
+#endif
