@@ -23,17 +23,18 @@ LIB_SRCS := src/core/status.c src/core/tensor.c src/core/bn.c \
             src/cpu/bn_kernels.c \
             src/comm/group.c src/comm/threads.c
 TEST_SUPPORT := tests/testutil.c tests/bn_case.c
-TESTS    := test_status test_groups test_reference test_equivalence test_misuse test_determinism
-TOOLS    := syncbn-demo
+TESTS    := test_reference test_equivalence
+TOOLS    :=
 
-# Optional parts add to the lists above.
--include mk/*.mk
+# Optional parts and later components add to the lists above (LIB_SRCS,
+# LIB_LDLIBS, TESTS, TOOLS, EXTRA_TEST_CMDS, DEPS_TEST, ...), one fragment each.
+-include $(sort $(wildcard mk/*.mk))
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
-TEST_BINS := $(TESTS:%=$(BUILD)/tests/%) $(BUILD)/tests/torch_peer
+TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
 TOOL_BINS := $(TOOLS:%=$(BUILD)/tools/%)
 
-.PHONY: all lib test run deps-build deps-test install clean
+.PHONY: all lib test check run deps-build deps-test install clean
 all: lib $(TEST_BINS) $(TOOL_BINS)
 lib: $(BUILD)/libsyncbn.a $(BUILD)/libsyncbn.so
 
@@ -62,8 +63,11 @@ deps-test:
 	@scripts/deps.sh $(DEPS_TEST)
 
 # The whole suite; each test prints its evidence and exits non-zero on failure.
+# `test` installs first, then re-reads this file (`check`) so that optional
+# parts whose tools were just installed (mpicc) are detected.
 test: deps-test
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory check
+check: all
 	@scripts/run_tests.sh $(BUILD) $(TESTS) $(EXTRA_TEST_CMDS)
 
 run: deps-build
