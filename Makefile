@@ -23,15 +23,15 @@ LIB_SRCS := src/core/status.c src/core/tensor.c src/core/bn.c \
             src/cpu/bn_kernels.c \
             src/comm/group.c src/comm/threads.c
 TEST_SUPPORT := tests/testutil.c tests/bn_case.c
-TESTS    := test_reference test_equivalence
-TOOLS    :=
+TESTS    := test_status test_groups test_reference test_equivalence test_misuse test_determinism
+TOOLS    := syncbn-demo
 
 # Optional parts and later components add to the lists above (LIB_SRCS,
 # LIB_LDLIBS, TESTS, TOOLS, EXTRA_TEST_CMDS, DEPS_TEST, ...), one fragment each.
 -include $(sort $(wildcard mk/*.mk))
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
-TEST_BINS := $(TESTS:%=$(BUILD)/tests/%)
+TEST_BINS := $(TESTS:%=$(BUILD)/tests/%) $(BUILD)/tests/torch_peer
 TOOL_BINS := $(TOOLS:%=$(BUILD)/tools/%)
 
 .PHONY: all lib test check run deps-build deps-test install clean

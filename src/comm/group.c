@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "../core/tensor.h"
 
 double sbn_default_timeout(void) {
   const char *env = getenv("SYNCBN_TIMEOUT");
@@ -76,7 +77,7 @@ sbn_status sbn_sig_verdict(const sbn_group *g, const sbn_sig *sigs, int me) {
     int seen = 0;
     for (int q = 0; q < r; q++) seen |= sbn_sig_same(&sigs[q], &sigs[r]);
     if (seen) continue;
-    len += snprintf(msg + len, sizeof msg - len, " %s[rank", r ? "; " : "");
+    len += snprintf(msg + len, sizeof msg - len, "%s [rank", r ? ";" : "");
     for (int q = r; q < g->size && len < (int)sizeof msg; q++)
       if (sbn_sig_same(&sigs[q], &sigs[r])) len += snprintf(msg + len, sizeof msg - len, " %d", q);
     if (len < (int)sizeof msg) len += snprintf(msg + len, sizeof msg - len, "] %s", sigs[r].what);
@@ -110,25 +111,17 @@ sbn_status sbn_group_destroy(sbn_group *g) {
   return SBN_STATUS_OK;
 }
 
-static size_t dtype_size(sbn_dtype dtype) {
-  switch (dtype) {
-    case SBN_DTYPE_FLOAT32: return 4;
-    case SBN_DTYPE_FLOAT64: return 8;
-    default: return 0;
-  }
-}
-
 sbn_status sbn_group_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype dtype,
                                sbn_reduce_op op) {
   sbn_clear_error();
   if (!g) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_allreduce: group is NULL");
   sbn_sig sig;
   sbn_sig_init(&sig, SBN_SIG_KIND_ALLREDUCE, -1, (int64_t)count, dtype,
-               "allreduce of %zu values (dtype %d)", count, (int)dtype);
-  if (!dtype_size(dtype))
+               "allreduce of %zu %s values", count, sbn_dtype_name(dtype));
+  if (dtype != SBN_DTYPE_FLOAT32 && dtype != SBN_DTYPE_FLOAT64)
     sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_UNSUPPORTED,
-                                     "sbn_group_allreduce: dtype %d unsupported (FLOAT32 or FLOAT64)",
-                                     (int)dtype));
+                                     "sbn_group_allreduce: dtype %s unsupported (float32 or float64)",
+                                     sbn_dtype_name(dtype)));
   else if (op != SBN_REDUCE_OP_SUM)
     sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_UNSUPPORTED,
                                      "sbn_group_allreduce: op %d unsupported (only SUM)", (int)op));

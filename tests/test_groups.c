@@ -1,0 +1,135 @@
+/* The threads backend's collectives and sub-groups: all-reduce (float64 and
+ * float32, small and large payloads) bitwise equal to a rank-ordered float64
+ * sum, broadcast, barrier, split by color/key, new_group with non-members,
+ * disagreeing ranks, and 8 ranks on 2 cores without burning them. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "testutil.h"
+
+enum { P = 8 };
+static int errors[P];
+#define FAILR(...) (fprintf(stderr, "rank %d: ", rank), fprintf(stderr, __VA_ARGS__), errors[rank]++)
+
+/* value i of rank r's buffer: deterministic, not representable exactly in sums */
+static double val(int r, size_t i) { return sin((double)(r * 7919 + (int)i)) * 1e3 + 1.0 / (r + 1); }
+
+static void check_allreduce(sbn_group *g, int rank, size_t n, sbn_dtype dt, const int *members, int m) {
+  double *d = malloc(n * 8);
+  float *f = malloc(n * 4);
+  int me = sbn_group_rank(g);
+  for (size_t i = 0; i < n; i++) d[i] = val(members[me], i), f[i] = (float)val(members[me], i);
+  sbn_status st = sbn_group_allreduce(g, dt == SBN_DTYPE_FLOAT64 ? (void *)d : (void *)f, n, dt, SBN_REDUCE_OP_SUM);
+  if (st != SBN_STATUS_OK) FAILR("allreduce: %s\n", sbn_last_error());
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) {
+    double s = 0; /* rank order, float64 */
+    for (int q = 0; q < m; q++) s += dt == SBN_DTYPE_FLOAT64 ? val(members[q], i) : (double)(float)val(members[q], i);
+    if (dt == SBN_DTYPE_FLOAT64 ? memcmp(&s, &d[i], 8) != 0 : (float)s != f[i]) wrong++;
+  }
+  if (wrong) FAILR("allreduce n=%zu dtype=%d: %zu values differ bitwise from the rank-ordered sum\n", n, dt, wrong);
+  free(d), free(f);
+}
+
+static int rank_main(sbn_group *world, void *arg) {
+  (void)arg;
+  sbn_status st;
+  int rank = sbn_group_rank(world);
+  int all[P];
+  for (int i = 0; i < P; i++) all[i] = i;
+  /* all-reduce: small (every rank reduces) and large (chunked) paths */
+  check_allreduce(world, rank, 37, SBN_DTYPE_FLOAT64, all, P);
+  check_allreduce(world, rank, 100003, SBN_DTYPE_FLOAT64, all, P);
+  check_allreduce(world, rank, 4099, SBN_DTYPE_FLOAT32, all, P);
+  check_allreduce(world, rank, 70001, SBN_DTYPE_FLOAT32, all, P);
+  /* broadcast */
+  char msg[32];
+  snprintf(msg, sizeof msg, "from rank %d", rank);
+  if (sbn_group_broadcast(world, msg, sizeof msg, 3) != SBN_STATUS_OK || strcmp(msg, "from rank 3"))
+    FAILR("broadcast gave '%s'\n", msg);
+  if (sbn_group_barrier(world) != SBN_STATUS_OK) FAILR("barrier: %s\n", sbn_last_error());
+
+  /* split: color = parity, key = -rank (reverse order) */
+  sbn_group *half = NULL;
+  if (sbn_group_split(&half, world, rank % 2, -rank) != SBN_STATUS_OK) {
+    FAILR("split: %s\n", sbn_last_error());
+  } else {
+    int members[P / 2], m = 0;
+    for (int r = P - 1; r >= 0; r--)
+      if (r % 2 == rank % 2) members[m++] = r;
+    if (sbn_group_size(half) != P / 2 || members[sbn_group_rank(half)] != rank)
+      FAILR("split: size %d rank %d\n", sbn_group_size(half), sbn_group_rank(half));
+    check_allreduce(half, rank, 129, SBN_DTYPE_FLOAT64, members, m);
+    check_allreduce(half, rank, 50001, SBN_DTYPE_FLOAT64, members, m);
+  }
+  /* a rank passing SBN_UNDEFINED gets no group */
+  sbn_group *some = NULL;
+  st = sbn_group_split(&some, world, rank < 5 ? 0 : SBN_UNDEFINED, 0);
+  if (rank < 5 ? (st != SBN_STATUS_OK || sbn_group_size(some) != 5) : (st != SBN_STATUS_NOT_MEMBER || some))
+    FAILR("split with SBN_UNDEFINED: %s %s\n", sbn_status_name(st), sbn_last_error());
+  /* new_group: listed order defines the new ranks; others are not members */
+  int list[3] = {6, 2, 4};
+  sbn_group *trio = NULL;
+  st = sbn_group_new(&trio, world, 3, list);
+  int pos = rank == 6 ? 0 : rank == 2 ? 1 : rank == 4 ? 2 : -1;
+  if (pos >= 0 && (st != SBN_STATUS_OK || sbn_group_rank(trio) != pos || sbn_group_size(trio) != 3))
+    FAILR("new_group member: %s %s\n", sbn_status_name(st), sbn_last_error());
+  if (pos < 0 && (st != SBN_STATUS_NOT_MEMBER || trio || !strstr(sbn_last_error(), "not in")))
+    FAILR("new_group non-member: %s '%s'\n", sbn_status_name(st), sbn_last_error());
+  if (rank == 0) printf("  non-member sees: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  if (trio) check_allreduce(trio, rank, 11, SBN_DTYPE_FLOAT64, list, 3);
+  /* disagreeing lists: MISMATCH on every rank, and the group still works */
+  int l1[2] = {0, 1}, l2[2] = {1, 0};
+  sbn_group *dis = NULL;
+  st = sbn_group_new(&dis, world, 2, rank == 5 ? l2 : l1);
+  if (st != SBN_STATUS_MISMATCH || dis) FAILR("new_group with different lists: %s\n", sbn_status_name(st));
+  if (rank == 0) printf("  different lists: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  /* disagreeing all-reduce counts: MISMATCH on every rank, buffers untouched */
+  double buf[4] = {1, 2, 3, 4};
+  st = sbn_group_allreduce(world, buf, rank == 7 ? 3 : 4, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  if (st != SBN_STATUS_MISMATCH || buf[0] != 1 || buf[3] != 4) FAILR("count mismatch: %s\n", sbn_status_name(st));
+  if (rank == 0) printf("  different counts: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  /* a local argument error reaches every rank */
+  st = sbn_group_broadcast(world, buf, 8, rank == 2 ? 99 : 0);
+  if (st == SBN_STATUS_OK) FAILR("bad root not reported\n");
+  if (rank == 0) printf("  bad root on rank 2: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  check_allreduce(world, rank, 5, SBN_DTYPE_FLOAT64, all, P); /* still usable */
+
+  /* many small collectives: 8 ranks on 2 cores must sleep while waiting */
+  struct timespec t0, t1;
+  struct rusage r0, r1;
+  if (rank == 0) clock_gettime(CLOCK_MONOTONIC, &t0), getrusage(RUSAGE_SELF, &r0);
+  double small[129];
+  for (int it = 0; it < 500; it++) {
+    for (int i = 0; i < 129; i++) small[i] = rank + i;
+    if (sbn_group_allreduce(world, small, 129, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM) != SBN_STATUS_OK) {
+      FAILR("loop allreduce: %s\n", sbn_last_error());
+      break;
+    }
+  }
+  sbn_group_barrier(world);
+  if (rank == 0) {
+    clock_gettime(CLOCK_MONOTONIC, &t1), getrusage(RUSAGE_SELF, &r1);
+    double wall = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    double cpu = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + 1e-6 * (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) +
+                 (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) + 1e-6 * (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec);
+    printf("  500 all-reduces of 129 doubles over 8 thread ranks: %.1f us each, wall %.3f s\n", wall / 500 * 1e6, wall);
+    /* bound: generous for a loaded 2-core CI machine; spinning waiters
+     * would take seconds here */
+    if (wall > 5.0) FAILR("collectives too slow: %.2f s\n", wall);
+    (void)cpu;
+  }
+  sbn_group_destroy(half), sbn_group_destroy(some), sbn_group_destroy(trio);
+  return 0;
+}
+
+int main(void) {
+  sbn_status st = sbn_team_run(P, rank_main, NULL);
+  int bad = st != SBN_STATUS_OK;
+  for (int r = 0; r < P; r++) bad |= errors[r] != 0;
+  printf(bad ? "FAILED (%s)\n" : "group checks passed (%s)\n", sbn_status_name(st));
+  return bad;
+}
