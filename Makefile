@@ -25,6 +25,8 @@ LIB_SRCS := src/core/status.c src/core/tensor.c src/core/bn.c \
 TEST_SUPPORT := tests/testutil.c tests/bn_case.c
 TESTS    := test_status test_groups test_reference test_equivalence test_misuse test_determinism
 TOOLS    := syncbn-demo
+EXAMPLES := two_ranks
+EXTRA_TEST_CMDS := cmd:$(BUILD)/examples/two_ranks
 
 # Optional parts and later components add to the lists above (LIB_SRCS,
 # LIB_LDLIBS, TESTS, TOOLS, EXTRA_TEST_CMDS, DEPS_TEST, ...), one fragment each.
@@ -32,7 +34,7 @@ TOOLS    := syncbn-demo
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TESTS:%=$(BUILD)/tests/%) $(BUILD)/tests/torch_peer
-TOOL_BINS := $(TOOLS:%=$(BUILD)/tools/%)
+TOOL_BINS := $(TOOLS:%=$(BUILD)/tools/%) $(EXAMPLES:%=$(BUILD)/examples/%)
 
 .PHONY: all lib test check run deps-build deps-test install clean
 all: lib $(TEST_BINS) $(TOOL_BINS)
@@ -52,6 +54,10 @@ $(BUILD)/libsyncbn.so: $(LIB_OBJS)
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT:%.c=$(BUILD)/%.o) $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_SUPPORT:%.c=$(BUILD)/%.o) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 
 $(BUILD)/tools/%: tools/%.c $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
