@@ -7,6 +7,7 @@
 #   make run        install missing Debian packages, run the main job
 #   make install    PREFIX=/usr/local: headers, libraries, pkg-config
 
+.DEFAULT_GOAL := all
 CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   := build

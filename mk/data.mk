@@ -1,0 +1,8 @@
+# Datasets for the training program (CIFAR-10, MNIST, synthetic).
+LIB_SRCS += src/data/dataset.c src/data/cifar10.c src/data/mnist.c src/data/synthetic.c
+TEST_BINS_DATA := $(BUILD)/tests/data/test_loaders
+EXTRA_TEST_CMDS += cmd:$(BUILD)/tests/data/test_loaders
+all: $(TEST_BINS_DATA)
+$(BUILD)/tests/data/%: tests/data/%.c $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
