@@ -159,6 +159,12 @@ int sbn_group_size(const sbn_group *group); /* 0 for NULL */
 const char *sbn_group_backend(const sbn_group *group);
 const char *sbn_group_name(const sbn_group *group);
 
+/* 1 when every member of `inner` is a member of `outer` and both descend
+ * from the same root group (a team's world or one MPI constructor call) on
+ * this process; 0 otherwise. Local. Used to check that a model's
+ * SyncBatchNorm groups lie within a data-parallel wrapper's group. */
+int sbn_group_contains(const sbn_group *outer, const sbn_group *inner);
+
 /* Seconds a collective on this group waits for missing ranks before failing
  * with SBN_STATUS_TIMEOUT (naming the missing ranks) and marking the group
  * broken. Default: SYNCBN_TIMEOUT or 300. Local; set it on every rank. */
@@ -228,6 +234,8 @@ sbn_status sbn_bn_destroy(sbn_bn *bn); /* NULL is a no-op */
 
 sbn_status sbn_bn_set_training(sbn_bn *bn, int training);
 int sbn_bn_is_training(const sbn_bn *bn); /* -1 for NULL */
+/* The group given at creation if it synchronizes (size > 1), else NULL. */
+sbn_group *sbn_bn_get_group(const sbn_bn *bn);
 sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
 
 /* Forward. x: (N, C, *) with 2..5 dims, C == num_features, N >= 0 (N = 0 is

@@ -81,6 +81,11 @@ static int rank_main(sbn_group *world, void *arg) {
     FAILR("new_group non-member: %s '%s'\n", sbn_status_name(st), sbn_last_error());
   if (rank == 0) printf("  non-member sees: %s: %s\n", sbn_status_name(st), sbn_last_error());
   if (trio) check_allreduce(trio, rank, 11, SBN_DTYPE_FLOAT64, list, 3);
+  /* lineage: sub-groups lie within the world, not the other way round */
+  if (!sbn_group_contains(world, half) || sbn_group_contains(half, world) ||
+      (trio && (!sbn_group_contains(world, trio) || sbn_group_contains(trio, half))) ||
+      !sbn_group_contains(world, world))
+    FAILR("sbn_group_contains gives wrong answers\n");
   /* disagreeing lists: MISMATCH on every rank, and the group still works */
   int l1[2] = {0, 1}, l2[2] = {1, 0};
   sbn_group *dis = NULL;

@@ -61,6 +61,11 @@ struct sbn_group {
   double timeout_s; /* collective wait limit */
   int next_layer;   /* ordinal handed to the next layer created on this handle */
   char name[128];
+  /* Lineage, process-local: groups split from one root share root_id, and
+   * world_ranks[i] is member i's rank in that root. Filled generically by
+   * group.c, so backends need not know about it. */
+  uint64_t root_id;
+  int *world_ranks;
 };
 
 /* Allocate a handle with the generic fields set (timeout from SYNCBN_TIMEOUT). */

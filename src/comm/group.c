@@ -20,10 +20,22 @@ double sbn_default_timeout(void) {
   return 300.0;
 }
 
+static uint64_t next_root_id(void) {
+  static uint64_t counter;
+  return __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+}
+
 sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int size,
                            const char *name) {
   sbn_group *g = calloc(1, sizeof *g);
   if (!g) return NULL;
+  g->world_ranks = malloc(sizeof(int) * (size_t)size);
+  if (!g->world_ranks) {
+    free(g);
+    return NULL;
+  }
+  for (int i = 0; i < size; i++) g->world_ranks[i] = i; /* a root until split says otherwise */
+  g->root_id = next_root_id();
   g->ops = ops;
   g->impl = impl;
   g->rank = rank;
@@ -107,6 +119,7 @@ sbn_status sbn_group_destroy(sbn_group *g) {
   sbn_clear_error();
   if (!g) return SBN_STATUS_OK;
   g->ops->destroy(g);
+  free(g->world_ranks);
   free(g);
   return SBN_STATUS_OK;
 }
@@ -157,6 +170,31 @@ sbn_status sbn_group_barrier(sbn_group *g) {
   return g->ops->barrier(g, &sig);
 }
 
+/* A new sub-group learns its members' root ranks (one small all-reduce on
+ * the new group: every member just received it, so all call this). */
+static sbn_status inherit_lineage(sbn_group *g, const sbn_group *parent) {
+  double *ranks = calloc((size_t)g->size, sizeof *ranks);
+  if (!ranks) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s': out of memory", g->name);
+  ranks[g->rank] = parent->world_ranks[parent->rank];
+  sbn_sig sig;
+  sbn_sig_init(&sig, SBN_SIG_KIND_SPLIT, -1, g->size, SBN_DTYPE_FLOAT64, "lineage of a new group");
+  sbn_status st = g->ops->allreduce(g, ranks, (size_t)g->size, SBN_DTYPE_FLOAT64, &sig);
+  for (int i = 0; st == SBN_STATUS_OK && i < g->size; i++) g->world_ranks[i] = (int)ranks[i];
+  g->root_id = parent->root_id;
+  free(ranks);
+  return st;
+}
+
+int sbn_group_contains(const sbn_group *outer, const sbn_group *inner) {
+  if (!outer || !inner || outer->root_id != inner->root_id) return 0;
+  for (int i = 0; i < inner->size; i++) {
+    int found = 0;
+    for (int j = 0; j < outer->size && !found; j++) found = outer->world_ranks[j] == inner->world_ranks[i];
+    if (!found) return 0;
+  }
+  return 1;
+}
+
 sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color, int key) {
   sbn_clear_error();
   if (out) *out = NULL;
@@ -171,6 +209,10 @@ sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color, int ke
                                      "sbn_group_split: color %d is negative (use SBN_UNDEFINED)", color));
   sbn_group *tmp = NULL;
   sbn_status st = parent->ops->split(&tmp, parent, color, key, &sig);
+  if (st == SBN_STATUS_OK && (st = inherit_lineage(tmp, parent)) != SBN_STATUS_OK) {
+    sbn_group_destroy(tmp);
+    tmp = NULL;
+  }
   if (out) *out = tmp;
   return st;
 }
@@ -228,6 +270,7 @@ sbn_status sbn_group_new(sbn_group **out, sbn_group *parent, int n, const int *r
   if (st == SBN_STATUS_NOT_MEMBER)
     return sbn_fail(SBN_STATUS_NOT_MEMBER, "sbn_group_new: rank %d of '%s' is not in {%s}",
                     parent->rank, parent->name, list);
+  if (st == SBN_STATUS_OK && (st = inherit_lineage(g, parent)) != SBN_STATUS_OK) sbn_group_destroy(g);
   if (st != SBN_STATUS_OK) return st;
   snprintf(g->name, sizeof g->name, "%.60s/ranks{%.50s}", parent->name, list);
   *out = g;

@@ -126,6 +126,8 @@ sbn_status sbn_bn_set_training(sbn_bn *bn, int training) {
 
 int sbn_bn_is_training(const sbn_bn *bn) { return bn ? bn->training : -1; }
 
+sbn_group *sbn_bn_get_group(const sbn_bn *bn) { return bn ? bn->group : NULL; }
+
 sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out) {
   sbn_clear_error();
   if (!bn || !out)
