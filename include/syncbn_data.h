@@ -34,12 +34,14 @@ sbn_status sbn_dataset_load_cifar10(sbn_dataset *out, const char *const *files, 
 sbn_status sbn_dataset_load_mnist(sbn_dataset *out, const char *images_path, const char *labels_path);
 
 /* The built-in synthetic dataset (offline default): `count` 3x16x16 images
- * of 10 classes. The class is carried by the image's average colour, hidden
- * under strong per-pixel texture: per-channel statistics over a batch are what
- * identify it, so normalizing with the statistics of a tiny per-rank batch
- * (local BatchNorm) erases much of the signal, while statistics over the
- * whole synchronized batch keep it. Deterministic in `seed`. */
+ * of 10 classes. The class is the contrast of a random texture (amplitude
+ * sbn_synthetic_contrast(class) = 0.5 * 1.2^class) under a random
+ * brightness: per-channel statistics over a batch are what identify it, so
+ * normalizing with the statistics of a tiny per-rank batch (local BatchNorm)
+ * erases most of the signal, while statistics over the whole synchronized
+ * batch keep it. Deterministic in `seed`. */
 sbn_status sbn_dataset_synthetic(sbn_dataset *out, int64_t count, uint64_t seed);
+double sbn_synthetic_contrast(int k);
 
 /* Copy images/labels idx[0..n) into batch buffers (channels-first). */
 sbn_status sbn_dataset_gather(float *images, int32_t *labels, const sbn_dataset *d,

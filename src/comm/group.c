@@ -116,7 +116,6 @@ sbn_status sbn_group_set_timeout(sbn_group *g, double seconds) {
 }
 
 sbn_status sbn_group_destroy(sbn_group *g) {
-  sbn_clear_error();
   if (!g) return SBN_STATUS_OK;
   g->ops->destroy(g);
   free(g->world_ranks);

@@ -341,7 +341,6 @@ sbn_status sbn_team_join(sbn_group **world, sbn_team *team, int rank) {
 }
 
 sbn_status sbn_team_destroy(sbn_team *team) {
-  sbn_clear_error();
   if (!team) return SBN_STATUS_OK;
   rv_release(team->world);
   pthread_mutex_destroy(&team->mu);

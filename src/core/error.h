@@ -18,5 +18,8 @@ sbn_status sbn_fail(sbn_status status, const char *fmt, ...) SBN_PRINTF(2, 3);
 static inline sbn_status sbn_pass(sbn_status status) { return status; }
 /* Clear the last error at the start of a public call. */
 void sbn_clear_error(void);
+/* Put back a message saved earlier (cleanup that calls other public
+ * functions must not lose the caller's last error). */
+void sbn_restore_error(const char *saved);
 
 #endif

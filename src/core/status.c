@@ -37,6 +37,10 @@ const char *sbn_last_error(void) { return last_error; }
 
 void sbn_clear_error(void) { last_error[0] = '\0'; }
 
+void sbn_restore_error(const char *saved) {
+  if (saved != last_error) snprintf(last_error, sizeof last_error, "%s", saved);
+}
+
 static int debug_enabled(void) {
   static int cached = -1; /* benign race: every thread computes the same value */
   if (cached < 0) {
