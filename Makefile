@@ -27,7 +27,7 @@ TEST_SUPPORT := tests/testutil.c tests/bn_case.c
 TESTS    := test_status test_groups test_reference test_equivalence test_misuse test_determinism
 TOOLS    := syncbn-demo
 EXAMPLES := two_ranks
-EXTRA_TEST_CMDS := cmd:$(BUILD)/examples/two_ranks
+EXTRA_TEST_CMDS := cmd:$(BUILD)/examples/two_ranks cmd:$(BUILD)/tools/syncbn-demo
 
 # Optional parts and later components add to the lists above (LIB_SRCS,
 # LIB_LDLIBS, TESTS, TOOLS, EXTRA_TEST_CMDS, DEPS_TEST, ...), one fragment each.
@@ -77,9 +77,11 @@ test: deps-test
 check: all
 	@scripts/run_tests.sh $(BUILD) $(TESTS) $(EXTRA_TEST_CMDS)
 
+# The main job: 4 thread ranks with a small per-rank batch, SyncBN and
+# local BN trained side by side (syncbn-train --help for the options).
 run: deps-build
-	@$(MAKE) --no-print-directory $(BUILD)/tools/syncbn-demo
-	$(BUILD)/tools/syncbn-demo
+	@$(MAKE) --no-print-directory $(BUILD)/tools/syncbn-train
+	$(BUILD)/tools/syncbn-train
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig

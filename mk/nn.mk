@@ -1,0 +1,30 @@
+# Module layer (issue 5): src/nn/* into libsyncbn, its tests and the example.
+# Needs OpenBLAS (GEMMs of Linear/Conv2d), cJSON (safetensors headers) and
+# zlib (checkpoint data checksum), all Debian packages.
+NN_SRCS := $(sort $(wildcard src/nn/*.c))
+LIB_SRCS += $(NN_SRCS)
+LIB_LDLIBS += -lopenblas -lcjson -lz
+DEPS_BUILD += libopenblas-dev libcjson-dev zlib1g-dev
+DEPS_TEST += libopenblas-dev libcjson-dev zlib1g-dev python3-numpy python3-torch
+
+NN_TESTS := nn/test_nn_layers nn/test_nn_convert nn/test_nn_checkpoint
+TESTS += $(NN_TESTS)
+NN_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/nn/nn_testutil.o
+
+# Tests in tests/nn link their own support next to the common one.
+$(BUILD)/tests/nn/nn_testutil.o: tests/nn/nn_testutil.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -MMD -MP -c $< -o $@
+$(BUILD)/tests/nn/%: tests/nn/%.c $(NN_TEST_SUPPORT) $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -Itests/nn -o $@ $< $(NN_TEST_SUPPORT) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+
+# The PyTorch peer: C exports model + input + its results, Debian's torch
+# (/usr/bin/python3) recomputes and compares, then C loads PyTorch's file.
+NN_PEER := $(BUILD)/tests/nn/nn_torch_peer
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+all: $(NN_PEER) $(BUILD)/examples/nn_example
+EXTRA_TEST_CMDS += 'cmd:d=$$(mktemp -d) && $(NN_PEER) export $$d && $(PYTHON) tests/nn/torch_peer.py $$d && $(NN_PEER) import $$d; rc=$$?; rm -rf $$d; exit $$rc'
+EXTRA_TEST_CMDS += 'cmd:d=$$(mktemp -d) && $(BUILD)/examples/nn_example $$d/model.safetensors; rc=$$?; rm -rf $$d; exit $$rc'

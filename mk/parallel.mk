@@ -1,0 +1,16 @@
+# Data-parallel wrapper (with_bagua) over the module layer. (Read after
+# mpi.mk, whose MPICC/MPI_CFLAGS the test uses.)
+LIB_SRCS += src/dp/buckets.c src/dp/comm_worker.c src/dp/data_parallel.c
+
+DP_TEST := $(BUILD)/tests/dp/test_dp_equivalence
+ifneq ($(strip $(MPICC)),)
+DP_TEST_CFLAGS := -DSBN_TEST_WITH_MPI=1 $(MPI_CFLAGS)
+endif
+all: $(DP_TEST)
+$(DP_TEST): tests/dp/test_dp_equivalence.c tools/train/model.c $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DP_TEST_CFLAGS) -o $@ $< tools/train/model.c $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+EXTRA_TEST_CMDS += 'cmd:$(DP_TEST) 2' 'cmd:$(DP_TEST) 4'
+ifneq ($(strip $(MPICC)),)
+EXTRA_TEST_CMDS += 'cmd:tests/dp/run_mpi_dp.sh $(DP_TEST)'
+endif

@@ -1,0 +1,13 @@
+# syncbn-train, the main job (issue 6). Built with MPI support when mpicc
+# was found (mk/mpi.mk sets MPICC and MPI_CFLAGS first).
+TRAIN_SRCS := tools/train/model.c tools/train/trainer.c tools/train/report.c
+TRAIN_BIN := $(BUILD)/tools/syncbn-train
+DEPS_BUILD += libopenblas-dev libcjson-dev zlib1g-dev gnuplot-nox
+ifneq ($(strip $(MPICC)),)
+TRAIN_CFLAGS := -DSBN_TRAIN_WITH_MPI=1 $(MPI_CFLAGS)
+endif
+all: $(TRAIN_BIN)
+$(TRAIN_BIN): tools/syncbn-train.c $(TRAIN_SRCS) $(wildcard tools/train/*.h) $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(TRAIN_CFLAGS) -o $@ tools/syncbn-train.c $(TRAIN_SRCS) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+EXTRA_TEST_CMDS += 'cmd:tests/train/test_train.sh $(TRAIN_BIN)'

@@ -1,0 +1,288 @@
+/* The data-parallel wrapper (Bagua's with_bagua with GradientAllReduce):
+ * wrap = check SyncBN groups, broadcast state from rank 0, plan buckets;
+ * backward = model backward with bucketed gradient all-reduce started as
+ * buckets complete; step = every optimizer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "buckets.h"
+#include "comm_worker.h"
+
+struct sbn_dp {
+  sbn_module *model;
+  sbn_nn_sgd **optimizers;
+  int num_optimizers;
+  sbn_group *group;       /* the caller's: collectives of wrap and SyncBN */
+  sbn_group *comm_group;  /* a duplicate for the communication thread */
+  dp_worker *worker;      /* NULL: all-reduce inline */
+  sbn_dp_options opt;
+  sbn_nn_entry *params;   /* reduced parameters, in backward order */
+  int *child_index;       /* top-level child holding each (Sequential root), else 0 */
+  int nparams;
+  dp_bucket *buckets;
+  int nbuckets;
+  int64_t steps;
+};
+
+sbn_dp_options sbn_dp_options_default(void) {
+  sbn_dp_options o;
+  memset(&o, 0, sizeof o);
+  o.bucket_bytes = 4u << 20;
+  o.reduce = SBN_DP_REDUCE_AVERAGE;
+  o.overlap = 1;
+  return o;
+}
+
+static int ignored(const sbn_dp_options *o, const char *name) {
+  for (int i = 0; i < o->num_params_to_ignore; i++)
+    if (o->params_to_ignore[i] && !strcmp(o->params_to_ignore[i], name)) return 1;
+  return 0;
+}
+
+/* Every SyncBatchNorm under m (path `prefix`) must synchronize within `group`. */
+static sbn_status check_sync_groups(sbn_module *m, const char *prefix, sbn_group *group) {
+  if (sbn_module_kind_of(m) == SBN_MODULE_KIND_SYNC_BATCHNORM) {
+    sbn_bn *bn;
+    sbn_status st = sbn_module_bn(&bn, m);
+    if (st != SBN_STATUS_OK) return st;
+    sbn_group *g = sbn_bn_get_group(bn);
+    if (g && !sbn_group_contains(group, g))
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "sbn_dp_wrap: SyncBatchNorm '%s' synchronizes over group '%s', which is not within "
+                      "the wrapper's group '%s'",
+                      prefix[0] ? prefix : "(root)", sbn_group_name(g), sbn_group_name(group));
+  }
+  for (int i = 0; i < sbn_module_num_children(m); i++) {
+    sbn_module *child;
+    const char *name;
+    sbn_status st = sbn_module_child(&child, &name, m, i);
+    char path[SBN_NN_NAME_MAX];
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", name);
+    if (st == SBN_STATUS_OK) st = check_sync_groups(child, path, group);
+    if (st != SBN_STATUS_OK) return st;
+  }
+  return SBN_STATUS_OK;
+}
+
+/* Make a local verdict collective: every rank learns whether any failed.
+ * Returns the local status if it failed, PEER_FAILED naming the first
+ * failing rank otherwise. */
+static sbn_status agree(sbn_group *g, sbn_status local, const char *what) {
+  int P = sbn_group_size(g), me = sbn_group_rank(g);
+  double *flags = calloc((size_t)P, sizeof *flags);
+  if (!flags) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", what);
+  char keep[1024];
+  snprintf(keep, sizeof keep, "%s", sbn_last_error());
+  flags[me] = local != SBN_STATUS_OK ? 1.0 + (double)local : 0.0;
+  sbn_status st = sbn_group_allreduce(g, flags, (size_t)P, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  int first = -1;
+  for (int r = 0; st == SBN_STATUS_OK && r < P && first < 0; r++)
+    if (flags[r] != 0) first = r;
+  free(flags);
+  if (local != SBN_STATUS_OK) return sbn_fail(local, "%s", keep);
+  if (st != SBN_STATUS_OK) return st;
+  if (first >= 0) return sbn_fail(SBN_STATUS_PEER_FAILED, "%s: rank %d failed", what, first);
+  return SBN_STATUS_OK;
+}
+
+static void dp_free(sbn_dp *dp) {
+  if (!dp) return;
+  dp_worker_stop(dp->worker);
+  sbn_group_destroy(dp->comm_group);
+  dp_free_buckets(dp->buckets, dp->nbuckets);
+  free(dp->params), free(dp->child_index), free(dp->optimizers);
+  free(dp);
+}
+
+/* Which top-level child of a Sequential root holds parameter `name`. */
+static int top_child_of(sbn_module *root, const char *name) {
+  if (sbn_module_kind_of(root) != SBN_MODULE_KIND_SEQUENTIAL) return 0;
+  for (int i = 0; i < sbn_module_num_children(root); i++) {
+    sbn_module *c;
+    const char *cn;
+    if (sbn_module_child(&c, &cn, root, i) != SBN_STATUS_OK) continue;
+    size_t len = strlen(cn);
+    if (!strncmp(name, cn, len) && name[len] == '.') return i;
+  }
+  return 0;
+}
+
+sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optimizers,
+                       int num_optimizers, sbn_dp_algorithm algorithm, sbn_group *group,
+                       const sbn_dp_options *options) {
+  static const char call[] = "sbn_dp_wrap";
+  sbn_clear_error();
+  if (!out || !group) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", call, out ? "group" : "out");
+  *out = NULL;
+  /* Local checks, then one agreement so every rank fails together. */
+  sbn_status st = SBN_STATUS_OK;
+  if (!model) st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: model is NULL", call);
+  else if (num_optimizers < 0 || (num_optimizers > 0 && !optimizers))
+    st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: bad optimizer list", call);
+  else if (algorithm != SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE)
+    st = sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: unknown algorithm %d", call, (int)algorithm);
+  else if (sbn_module_is_wrapped(model) == 1)
+    st = sbn_fail(SBN_STATUS_BAD_STATE, "%s: the model is already wrapped", call);
+  else if (options && options->reduce != SBN_DP_REDUCE_AVERAGE && options->reduce != SBN_DP_REDUCE_SUM)
+    st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: unknown reduce mode %d", call, (int)options->reduce);
+  if (st == SBN_STATUS_OK) st = check_sync_groups(model, "", group);
+
+  sbn_dp *dp = NULL;
+  sbn_nn_entry *entries = NULL;
+  int nentries = 0;
+  if (st == SBN_STATUS_OK) {
+    dp = calloc(1, sizeof *dp);
+    if (dp) dp->optimizers = malloc(sizeof(sbn_nn_sgd *) * (size_t)(num_optimizers + 1));
+    if (!dp || !dp->optimizers) st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  }
+  if (st == SBN_STATUS_OK) st = sbn_module_entries(&entries, &nentries, model, SBN_NN_STATE);
+  if (st == SBN_STATUS_OK) {
+    dp->model = model, dp->group = group, dp->num_optimizers = num_optimizers;
+    for (int i = 0; i < num_optimizers; i++) dp->optimizers[i] = optimizers[i];
+    dp->opt = options ? *options : sbn_dp_options_default();
+    dp->params = calloc((size_t)(nentries + 1), sizeof *dp->params);
+    dp->child_index = calloc((size_t)(nentries + 1), sizeof *dp->child_index);
+    if (!dp->params || !dp->child_index) st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  }
+  st = agree(group, st, call);
+
+  /* Every rank starts from rank 0's state. */
+  for (int i = 0; st == SBN_STATUS_OK && i < nentries; i++) {
+    if (ignored(&dp->opt, entries[i].name)) continue;
+    size_t bytes = (size_t)entries[i].numel * (entries[i].dtype == SBN_DTYPE_INT64 ? 8 : 4);
+    st = sbn_group_broadcast(group, entries[i].data, bytes, 0);
+  }
+  /* Reduced parameters in backward order: reverse of registration. */
+  for (int i = nentries - 1; st == SBN_STATUS_OK && i >= 0; i--) {
+    const sbn_nn_entry *e = &entries[i];
+    if (e->kind != SBN_NN_ENTRY_KIND_PARAMETER || !e->requires_grad || !e->grad || ignored(&dp->opt, e->name))
+      continue;
+    dp->child_index[dp->nparams] = top_child_of(model, e->name);
+    dp->params[dp->nparams++] = *e;
+  }
+  if (st == SBN_STATUS_OK)
+    st = dp_plan_buckets(&dp->buckets, &dp->nbuckets, dp->params, dp->child_index, dp->nparams,
+                         dp->opt.bucket_bytes);
+  /* The communication thread gets its own group so its collectives never
+   * interleave with the SyncBN collectives of the compute thread. Only the
+   * threads backend is known to allow two threads in collectives at once. */
+  int use_worker = dp && dp->opt.overlap && sbn_group_size(group) > 1 &&
+                   !strcmp(sbn_group_backend(group), "threads");
+  if (st == SBN_STATUS_OK && use_worker) st = sbn_group_split(&dp->comm_group, group, 0, sbn_group_rank(group));
+  if (st == SBN_STATUS_OK && use_worker) st = dp_worker_start(&dp->worker, dp->comm_group);
+  if (st == SBN_STATUS_OK) st = sbn_module_set_wrapped(model, 1);
+  free(entries);
+  if (st != SBN_STATUS_OK) {
+    dp_free(dp);
+    return st;
+  }
+  *out = dp;
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x) {
+  sbn_clear_error();
+  if (!dp) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_forward: wrapper is NULL");
+  return sbn_module_forward(dp->model, y, x);
+}
+
+/* All-reduce bucket b now (inline) or hand it to the worker. */
+static sbn_status launch(sbn_dp *dp, dp_bucket *b) {
+  b->launched = 1;
+  dp_pack(b, dp->params);
+  if (dp->worker) return dp_worker_submit(dp->worker, b);
+  return sbn_group_allreduce(dp->group, b->buf, (size_t)b->numel, SBN_DTYPE_FLOAT32, SBN_REDUCE_OP_SUM);
+}
+
+/* Launch, in order, every bucket complete once children >= `done` ran. */
+static sbn_status launch_ready(sbn_dp *dp, int done) {
+  for (int k = 0; k < dp->nbuckets; k++) {
+    if (dp->buckets[k].launched || dp->buckets[k].ready_after < done) continue;
+    sbn_status st = launch(dp, &dp->buckets[k]);
+    if (st != SBN_STATUS_OK) return st;
+  }
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
+  static const char call[] = "sbn_dp_backward";
+  sbn_clear_error();
+  if (!dp || !dy) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", call, dp ? "dy" : "wrapper");
+  for (int k = 0; k < dp->nbuckets; k++) dp->buckets[k].launched = 0;
+  const int P = sbn_group_size(dp->group);
+  sbn_status st = SBN_STATUS_OK;
+  sbn_tensor grad_in = *dy;
+  if (sbn_module_kind_of(dp->model) == SBN_MODULE_KIND_SEQUENTIAL && P > 1) {
+    /* Child by child, so buckets leave as soon as they are complete. */
+    for (int i = sbn_module_num_children(dp->model) - 1; i >= 0 && st == SBN_STATUS_OK; i--) {
+      sbn_module *child;
+      const char *name;
+      sbn_tensor prev;
+      st = sbn_module_child(&child, &name, dp->model, i);
+      if (st == SBN_STATUS_OK) st = sbn_module_backward(child, &prev, &grad_in);
+      if (st == SBN_STATUS_OK) grad_in = prev, st = launch_ready(dp, i);
+    }
+  } else {
+    st = sbn_module_backward(dp->model, &grad_in, dy);
+    if (st == SBN_STATUS_OK && P > 1) st = launch_ready(dp, 0);
+  }
+  /* A rank that failed locally still waits for what it launched; its peers
+   * then fail in the next collective or time out, naming it. */
+  if (dp->worker) {
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", sbn_last_error());
+    sbn_status wst = dp_worker_wait(dp->worker);
+    if (st != SBN_STATUS_OK) return sbn_fail(st, "%s", keep);
+    st = wst;
+  }
+  if (st != SBN_STATUS_OK) return st;
+  if (P > 1) {
+    const float divisor = dp->opt.reduce == SBN_DP_REDUCE_AVERAGE ? (float)P : 1.0f;
+    for (int k = 0; k < dp->nbuckets; k++) dp_unpack(&dp->buckets[k], dp->params, divisor);
+  }
+  if (dx) *dx = grad_in;
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_dp_step(sbn_dp *dp) {
+  sbn_clear_error();
+  if (!dp) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_step: wrapper is NULL");
+  for (int i = 0; i < dp->num_optimizers; i++) {
+    sbn_status st = sbn_nn_sgd_step(dp->optimizers[i]);
+    if (st != SBN_STATUS_OK) return st;
+  }
+  dp->steps++;
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_dp_zero_grad(sbn_dp *dp) {
+  sbn_clear_error();
+  if (!dp) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_zero_grad: wrapper is NULL");
+  return sbn_module_zero_grad(dp->model);
+}
+
+int64_t sbn_dp_train_step_counter(const sbn_dp *dp) { return dp ? dp->steps : -1; }
+
+sbn_status sbn_dp_set_train_step_counter(sbn_dp *dp, int64_t steps) {
+  sbn_clear_error();
+  if (!dp || steps < 0)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_set_train_step_counter: %s",
+                    dp ? "negative count" : "wrapper is NULL");
+  dp->steps = steps;
+  return SBN_STATUS_OK;
+}
+
+int sbn_dp_num_buckets(const sbn_dp *dp) { return dp ? dp->nbuckets : 0; }
+sbn_group *sbn_dp_group(const sbn_dp *dp) { return dp ? dp->group : NULL; }
+
+sbn_status sbn_dp_destroy(sbn_dp *dp) {
+  if (!dp) return SBN_STATUS_OK;
+  char keep[1024]; /* destroy never changes the last error */
+  snprintf(keep, sizeof keep, "%s", sbn_last_error());
+  sbn_module_set_wrapped(dp->model, 0);
+  dp_free(dp);
+  sbn_restore_error(keep);
+  return SBN_STATUS_OK;
+}

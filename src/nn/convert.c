@@ -1,0 +1,130 @@
+/* convert_sync_batchnorm and revert_sync_batchnorm over a module tree.
+ * All or nothing: every replacement is built first (allocation and group
+ * checks can fail), then swapped in; on failure the tree is unchanged. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "module.h"
+
+static int is_plain_bn(const sbn_module *m) {
+  return m->kind == SBN_MODULE_KIND_BATCHNORM1D || m->kind == SBN_MODULE_KIND_BATCHNORM2D ||
+         m->kind == SBN_MODULE_KIND_BATCHNORM3D;
+}
+static int is_sync_bn(const sbn_module *m) { return m->kind == SBN_MODULE_KIND_SYNC_BATCHNORM; }
+
+/* A new module of `kind` (group) with old's options and state: parameters,
+ * gradients, buffers, num_batches_tracked, requires_grad and training. */
+static sbn_status rebuild(sbn_module **out, const sbn_module *old, sbn_module_kind kind,
+                          sbn_module_kind revert_kind, sbn_group *group) {
+  sbn_bn *obn, *nbn;
+  sbn_status st = sbn_module_bn(&obn, (sbn_module *)old);
+  if (st != SBN_STATUS_OK) return st;
+  sbn_bn_options o;
+  if ((st = sbn_bn_get_options(obn, &o)) != SBN_STATUS_OK) return st;
+  if ((st = sbn_bn_create(&nbn, &o, group)) != SBN_STATUS_OK) return st;
+  sbn_bn_set_training(nbn, old->training);
+  sbn_module *m;
+  if ((st = sbn_nn_bn_module_wrap(&m, kind, nbn, revert_kind)) != SBN_STATUS_OK) {
+    sbn_bn_destroy(nbn);
+    return st;
+  }
+  for (int i = 0; i < old->nlocal; i++) {
+    const sbn_nn_local *a = &old->local[i];
+    sbn_nn_local *b = sbn_nn_find_local(m, a->name);
+    if (!b || b->numel != a->numel || b->dtype != a->dtype) {
+      sbn_nn_module_free(m);
+      return sbn_fail(SBN_STATUS_INTERNAL, "convert: %s has no matching %s", sbn_module_kind_name(kind), a->name);
+    }
+    memcpy(b->data, a->data, (size_t)a->numel * (a->dtype == SBN_DTYPE_INT64 ? 8 : 4));
+    if (a->grad && b->grad) memcpy(b->grad, a->grad, sizeof(float) * (size_t)a->numel);
+    b->requires_grad = a->requires_grad;
+  }
+  m->training = old->training;
+  *out = m;
+  return SBN_STATUS_OK;
+}
+
+typedef struct slot {
+  sbn_module *parent;
+  int index;
+  sbn_module *repl;
+} slot;
+
+typedef struct slots {
+  slot *s;
+  int n, cap;
+} slots;
+
+static sbn_status collect(slots *S, sbn_module *m, int (*match)(const sbn_module *)) {
+  for (int i = 0; i < m->nchild; i++) {
+    if (match(m->child[i])) {
+      if (S->n == S->cap) {
+        int cap = S->cap ? 2 * S->cap : 16;
+        slot *s = realloc(S->s, sizeof *s * (size_t)cap);
+        if (!s) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "convert: out of memory");
+        S->s = s, S->cap = cap;
+      }
+      S->s[S->n++] = (slot){m, i, NULL};
+    } else {
+      sbn_status st = collect(S, m->child[i], match);
+      if (st != SBN_STATUS_OK) return st;
+    }
+  }
+  return SBN_STATUS_OK;
+}
+
+static int wrapped_below(const sbn_module *m) {
+  if (m->wrapped) return 1;
+  for (int i = 0; i < m->nchild; i++)
+    if (wrapped_below(m->child[i])) return 1;
+  return 0;
+}
+
+static sbn_status transform(sbn_module **out, sbn_module *module, sbn_group *group, int to_sync, const char *call) {
+  sbn_clear_error();
+  if (!out || !module) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
+  *out = NULL;
+  if (sbn_module_is_wrapped(module) == 1 || wrapped_below(module))
+    return sbn_fail(SBN_STATUS_BAD_STATE,
+                    "%s: the model is already wrapped for data-parallel training; convert BatchNorm layers "
+                    "before wrapping",
+                    call);
+  int (*match)(const sbn_module *) = to_sync ? is_plain_bn : is_sync_bn;
+  if (match(module)) {
+    if (module->parent)
+      return sbn_fail(SBN_STATUS_BAD_STATE,
+                      "%s: this %s is a child of a %s: convert its parent, which replaces it in place", call,
+                      sbn_module_kind_name(module->kind), sbn_module_kind_name(module->parent->kind));
+    sbn_module_kind k = to_sync ? SBN_MODULE_KIND_SYNC_BATCHNORM : sbn_nn_bn_revert_kind(module);
+    return rebuild(out, module, k, to_sync ? module->kind : k, to_sync ? group : NULL);
+  }
+  slots S = {NULL, 0, 0};
+  sbn_status st = collect(&S, module, match);
+  for (int i = 0; st == SBN_STATUS_OK && i < S.n; i++) {
+    sbn_module *old = S.s[i].parent->child[S.s[i].index];
+    sbn_module_kind k = to_sync ? SBN_MODULE_KIND_SYNC_BATCHNORM : sbn_nn_bn_revert_kind(old);
+    st = rebuild(&S.s[i].repl, old, k, to_sync ? old->kind : k, to_sync ? group : NULL);
+  }
+  if (st != SBN_STATUS_OK) {
+    for (int i = 0; i < S.n; i++) sbn_nn_module_free(S.s[i].repl);
+    free(S.s);
+    return st;
+  }
+  for (int i = 0; i < S.n; i++) {
+    sbn_module **pos = &S.s[i].parent->child[S.s[i].index];
+    sbn_nn_module_free(*pos);
+    *pos = S.s[i].repl;
+    S.s[i].repl->parent = S.s[i].parent;
+  }
+  free(S.s);
+  *out = module;
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_nn_convert_sync_batchnorm(sbn_module **out, sbn_module *module, sbn_group *group) {
+  return transform(out, module, group, 1, "sbn_nn_convert_sync_batchnorm");
+}
+
+sbn_status sbn_nn_revert_sync_batchnorm(sbn_module **out, sbn_module *module) {
+  return transform(out, module, NULL, 0, "sbn_nn_revert_sync_batchnorm");
+}

@@ -1,0 +1,373 @@
+/* The module tree: allocation, children, train/eval, the checked
+ * forward/backward entry points, zero_grad, requires_grad, the wrapped flag,
+ * and listing parameters and buffers under PyTorch's state-dict names. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "module.h"
+
+static const char *const kind_names[SBN_MODULE_KIND_COUNT_] = {
+    "Sequential",  "Linear",      "Conv2d",      "ReLU",          "MaxPool2d",  "AdaptiveAvgPool2d",
+    "Flatten",     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",   "SyncBatchNorm", "BasicBlock"};
+
+const char *sbn_module_kind_name(sbn_module_kind kind) {
+  return (kind >= 0 && kind < SBN_MODULE_KIND_COUNT_) ? kind_names[kind] : "unknown";
+}
+
+sbn_module_kind sbn_module_kind_of(const sbn_module *m) { return m ? m->kind : SBN_MODULE_KIND_COUNT_; }
+
+sbn_module *sbn_nn_module_new(sbn_module_kind kind, const sbn_module_ops *ops, void *impl) {
+  sbn_module *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->kind = kind;
+  m->ops = ops;
+  m->impl = impl;
+  m->training = 1;
+  return m;
+}
+
+sbn_nn_local *sbn_nn_add_local(sbn_module *m, const char *name, sbn_nn_entry_kind kind, sbn_dtype dtype,
+                               int ndim, const int64_t *shape, void *data, float *grad) {
+  if (m->nlocal >= SBN_NN_MAX_LOCAL) return NULL;
+  sbn_nn_local *l = &m->local[m->nlocal++];
+  memset(l, 0, sizeof *l);
+  l->name = name;
+  l->kind = kind;
+  l->dtype = dtype;
+  l->ndim = ndim;
+  l->numel = 1;
+  for (int i = 0; i < ndim; i++) l->shape[i] = shape[i], l->numel *= shape[i];
+  l->data = data;
+  l->grad = grad;
+  l->requires_grad = kind == SBN_NN_ENTRY_KIND_PARAMETER;
+  return l;
+}
+
+sbn_nn_local *sbn_nn_find_local(sbn_module *m, const char *name) {
+  for (int i = 0; i < m->nlocal; i++)
+    if (!strcmp(m->local[i].name, name)) return &m->local[i];
+  return NULL;
+}
+
+sbn_status sbn_nn_add_child(sbn_module *m, const char *name, sbn_module *child) {
+  if (m->nchild == m->child_cap) {
+    int cap = m->child_cap ? 2 * m->child_cap : 4;
+    sbn_module **c = realloc(m->child, sizeof *c * (size_t)cap);
+    if (!c) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "module: out of memory adding a child");
+    m->child = c;
+    char **n = realloc(m->child_name, sizeof *n * (size_t)cap);
+    if (!n) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "module: out of memory adding a child");
+    m->child_name = n;
+    m->child_cap = cap;
+  }
+  char *copy = strdup(name);
+  if (!copy) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "module: out of memory adding a child");
+  m->child[m->nchild] = child;
+  m->child_name[m->nchild] = copy;
+  m->nchild++;
+  child->parent = m;
+  return SBN_STATUS_OK;
+}
+
+void sbn_nn_module_free(sbn_module *m) {
+  if (!m) return;
+  for (int i = 0; i < m->nchild; i++) {
+    sbn_nn_module_free(m->child[i]);
+    free(m->child_name[i]);
+  }
+  free(m->child), free(m->child_name);
+  if (m->ops && m->ops->destroy) m->ops->destroy(m);
+  free(m->out.p), free(m->dx.p);
+  free(m);
+}
+
+sbn_status sbn_module_destroy(sbn_module *m) {
+  if (!m) return SBN_STATUS_OK;
+  if (m->parent)
+    return sbn_fail(SBN_STATUS_BAD_STATE,
+                    "sbn_module_destroy: this %s is a child of a %s; destroy the root instead",
+                    sbn_module_kind_name(m->kind), sbn_module_kind_name(m->parent->kind));
+  sbn_nn_module_free(m);
+  return SBN_STATUS_OK;
+}
+
+int sbn_module_num_children(const sbn_module *m) { return m ? m->nchild : 0; }
+
+sbn_status sbn_module_child(sbn_module **child, const char **name, sbn_module *m, int i) {
+  sbn_clear_error();
+  if (!m || !child) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_child: NULL argument");
+  if (i < 0 || i >= m->nchild)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_child: index %d out of range [0, %d)", i,
+                    m->nchild);
+  *child = m->child[i];
+  if (name) *name = m->child_name[i];
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_module_find(sbn_module **out, sbn_module *m, const char *path) {
+  sbn_clear_error();
+  if (!out || !m || !path) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_find: NULL argument");
+  const char *p = path;
+  while (*p) {
+    const char *dot = strchr(p, '.');
+    size_t len = dot ? (size_t)(dot - p) : strlen(p);
+    sbn_module *next = NULL;
+    for (int i = 0; i < m->nchild && !next; i++)
+      if (strlen(m->child_name[i]) == len && !strncmp(m->child_name[i], p, len)) next = m->child[i];
+    if (!next) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_find: no submodule \"%s\"", path);
+    m = next;
+    p += len + (dot ? 1 : 0);
+  }
+  *out = m;
+  return SBN_STATUS_OK;
+}
+
+static sbn_status train_rec(sbn_module *m, int training) {
+  if (m->ops->train) {
+    sbn_status st = m->ops->train(m, training);
+    if (st != SBN_STATUS_OK) return st;
+  }
+  m->training = training;
+  for (int i = 0; i < m->nchild; i++) {
+    sbn_status st = train_rec(m->child[i], training);
+    if (st != SBN_STATUS_OK) return st;
+  }
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_module_train(sbn_module *m, int training) {
+  sbn_clear_error();
+  if (!m) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_train: module is NULL");
+  return train_rec(m, training != 0);
+}
+
+int sbn_module_is_training(const sbn_module *m) { return m ? m->training : -1; }
+
+sbn_tensor sbn_nn_view(float *data, int ndim, const int64_t *shape) {
+  return sbn_tensor_cpu(data, ndim, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+}
+
+const char *sbn_nn_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+  size_t n = 0;
+  n += (size_t)snprintf(buf + n, cap - n, "[");
+  for (int i = 0; i < ndim && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+  return buf;
+}
+
+float *sbn_nn_buf_reserve(sbn_nn_buf *b, int64_t n, const char *who) {
+  size_t need = n > 0 ? (size_t)n : 1;
+  if (need > b->cap) {
+    float *p = realloc(b->p, need * sizeof(float));
+    if (!p) {
+      sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory for %zu floats", who, need);
+      return NULL;
+    }
+    b->p = p;
+    b->cap = need;
+  }
+  return b->p;
+}
+
+void sbn_nn_init_uniform(float *p, int64_t n, double bound, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * 0x1.0p-53;
+    p[i] = (float)((2 * u - 1) * bound);
+  }
+}
+
+static sbn_status check_tensor(const sbn_tensor *t, const char *call, const char *name) {
+  if (!t) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", call, name);
+  if (t->dtype != SBN_DTYPE_FLOAT32)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %s must be float32", call, name);
+  if (t->device.type != SBN_DEVICE_CPU)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %s must be on the CPU", call, name);
+  if (t->layout != SBN_LAYOUT_CHANNELS_FIRST && t->ndim > 2)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %s must be channels-first (contiguous)", call, name);
+  if (t->ndim < 1 || t->ndim > SBN_MAX_DIMS)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has %d dims (1..%d supported)", call, name,
+                    t->ndim, SBN_MAX_DIMS);
+  for (int i = 0; i < t->ndim; i++)
+    if (t->shape[i] < 0)
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has a negative dimension", call, name);
+  if (!t->data && sbn_tensor_numel(t) > 0)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has no data", call, name);
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_nn_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x) {
+  sbn_status st = check_tensor(x, "sbn_module_forward", "x");
+  if (st != SBN_STATUS_OK) return st;
+  sbn_tensor xin = *x, yout;
+  m->have_fwd = 0;
+  st = m->ops->forward(m, &yout, &xin);
+  if (st != SBN_STATUS_OK) return st;
+  m->x = xin;
+  m->y = yout;
+  m->have_fwd = 1;
+  *y = yout;
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy) {
+  static const char call[] = "sbn_module_backward";
+  if (!m->have_fwd)
+    return sbn_fail(SBN_STATUS_BAD_STATE, "%s: %s has no successful forward to differentiate", call,
+                    sbn_module_kind_name(m->kind));
+  sbn_status st = check_tensor(dy, call, "dy");
+  if (st != SBN_STATUS_OK) return st;
+  int same = dy->ndim == m->y.ndim;
+  for (int i = 0; same && i < dy->ndim; i++) same = dy->shape[i] == m->y.shape[i];
+  if (!same) {
+    char a[96], b[96];
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s: dy has shape %s, the forward's output %s", call,
+                    sbn_module_kind_name(m->kind), sbn_nn_shape_str(a, sizeof a, dy->ndim, dy->shape),
+                    sbn_nn_shape_str(b, sizeof b, m->y.ndim, m->y.shape));
+  }
+  return m->ops->backward(m, dx, dy);
+}
+
+sbn_status sbn_module_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x) {
+  sbn_clear_error();
+  if (!m || !y) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_forward: %s is NULL", m ? "y" : "module");
+  return sbn_nn_forward(m, y, x);
+}
+
+sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy) {
+  sbn_clear_error();
+  if (!m || !dx)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_backward: %s is NULL", m ? "dx" : "module");
+  return sbn_nn_backward(m, dx, dy);
+}
+
+static void zero_rec(sbn_module *m) {
+  for (int i = 0; i < m->nlocal; i++)
+    if (m->local[i].grad) memset(m->local[i].grad, 0, sizeof(float) * (size_t)m->local[i].numel);
+  for (int i = 0; i < m->nchild; i++) zero_rec(m->child[i]);
+}
+
+sbn_status sbn_module_zero_grad(sbn_module *m) {
+  sbn_clear_error();
+  if (!m) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_zero_grad: module is NULL");
+  zero_rec(m);
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_module_set_wrapped(sbn_module *m, int wrapped) {
+  sbn_clear_error();
+  if (!m) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_set_wrapped: module is NULL");
+  m->wrapped = wrapped != 0;
+  return SBN_STATUS_OK;
+}
+
+int sbn_module_is_wrapped(const sbn_module *m) {
+  if (!m) return -1;
+  for (; m; m = m->parent)
+    if (m->wrapped) return 1;
+  return 0;
+}
+
+/* ---- listing ---- */
+
+typedef struct lister {
+  sbn_nn_entry *e;
+  int n, cap;
+  unsigned what;
+} lister;
+
+static sbn_status list_rec(lister *L, sbn_module *m, char *prefix, size_t plen) {
+  for (int i = 0; i < m->nlocal; i++) {
+    sbn_nn_local *l = &m->local[i];
+    unsigned bit = l->kind == SBN_NN_ENTRY_KIND_PARAMETER ? SBN_NN_PARAMETERS : SBN_NN_BUFFERS;
+    if (!(L->what & bit)) continue;
+    if (L->n == L->cap) {
+      int cap = L->cap ? 2 * L->cap : 32;
+      sbn_nn_entry *e = realloc(L->e, sizeof *e * (size_t)cap);
+      if (!e) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_module_entries: out of memory");
+      L->e = e, L->cap = cap;
+    }
+    sbn_nn_entry *e = &L->e[L->n];
+    memset(e, 0, sizeof *e);
+    if (plen + strlen(l->name) + 1 > SBN_NN_NAME_MAX)
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_entries: name %s%s longer than %d", prefix,
+                      l->name, SBN_NN_NAME_MAX - 1);
+    memcpy(e->name, prefix, plen);
+    memcpy(e->name + plen, l->name, strlen(l->name) + 1);
+    e->kind = l->kind;
+    e->dtype = l->dtype;
+    e->ndim = l->ndim;
+    memcpy(e->shape, l->shape, sizeof e->shape);
+    e->numel = l->numel;
+    e->data = l->data;
+    e->grad = l->grad;
+    e->requires_grad = l->kind == SBN_NN_ENTRY_KIND_PARAMETER ? l->requires_grad : 0;
+    e->owner = m;
+    L->n++;
+  }
+  for (int i = 0; i < m->nchild; i++) {
+    size_t cl = strlen(m->child_name[i]);
+    if (plen + cl + 2 > SBN_NN_NAME_MAX)
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_entries: module path too long");
+    memcpy(prefix + plen, m->child_name[i], cl);
+    prefix[plen + cl] = '.';
+    prefix[plen + cl + 1] = 0;
+    sbn_status st = list_rec(L, m->child[i], prefix, plen + cl + 1);
+    prefix[plen] = 0;
+    if (st != SBN_STATUS_OK) return st;
+  }
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_module_entries(sbn_nn_entry **out, int *count, sbn_module *m, unsigned what) {
+  sbn_clear_error();
+  if (!out || !count || !m) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_entries: NULL argument");
+  *out = NULL, *count = 0;
+  lister L = {NULL, 0, 0, what};
+  char prefix[SBN_NN_NAME_MAX] = "";
+  sbn_status st = list_rec(&L, m, prefix, 0);
+  if (st != SBN_STATUS_OK) {
+    free(L.e);
+    return st;
+  }
+  if (!L.e) L.e = malloc(sizeof *L.e); /* never NULL on success */
+  if (!L.e) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_module_entries: out of memory");
+  *out = L.e, *count = L.n;
+  return SBN_STATUS_OK;
+}
+
+int64_t sbn_module_num_parameters(sbn_module *m) {
+  sbn_nn_entry *e;
+  int n;
+  if (sbn_module_entries(&e, &n, m, SBN_NN_PARAMETERS) != SBN_STATUS_OK) return -1;
+  int64_t t = 0;
+  for (int i = 0; i < n; i++) t += e[i].numel;
+  free(e);
+  return t;
+}
+
+sbn_status sbn_module_set_requires_grad(sbn_module *m, const char *name, int requires_grad) {
+  sbn_clear_error();
+  if (!m) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_set_requires_grad: module is NULL");
+  sbn_nn_entry *e;
+  int n;
+  sbn_status st = sbn_module_entries(&e, &n, m, SBN_NN_PARAMETERS);
+  if (st != SBN_STATUS_OK) return st;
+  int found = 0;
+  for (int i = 0; i < n; i++) {
+    if (name && strcmp(e[i].name, name)) continue;
+    const char *dot = strrchr(e[i].name, '.');
+    sbn_nn_local *l = sbn_nn_find_local(e[i].owner, dot ? dot + 1 : e[i].name);
+    if (l) l->requires_grad = requires_grad != 0, found++;
+  }
+  free(e);
+  if (name && !found)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_set_requires_grad: no parameter \"%s\"", name);
+  return SBN_STATUS_OK;
+}

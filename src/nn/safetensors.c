@@ -1,0 +1,496 @@
+/* The safetensors format: writing (atomic) and reading with full validation
+ * before anything is changed. JSON via cJSON (Debian's libcjson), the data
+ * checksum via zlib's crc32.
+ *
+ *   [8-byte little-endian N][N bytes of JSON header, space-padded][data]
+ *   header: {"__metadata__": {"format": "pt", "syncbn_crc32": "1a2b3c4d"},
+ *            "name": {"dtype": "F32", "shape": [C], "data_offsets": [b, e]}, ...}
+ *
+ * A flipped data byte cannot be seen by format checks alone (any bit
+ * pattern is a valid float), so save stores the CRC32 of the data section
+ * in __metadata__ and load verifies it when present (files written by other
+ * tools, e.g. PyTorch, have none and are accepted unchecked). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "module.h"
+#include "safetensors.h"
+
+#define ST_MAX_HEADER (100u << 20) /* the safetensors reference limit */
+#define ST_MAX_DIMS 8
+
+/* Test hooks (not public): make the next saves fail after writing this many
+ * bytes of the temporary file: kind 1 returns an IO error (and removes the
+ * temporary file), kind 2 simulates a crash (_exit(3), nothing cleaned). */
+long sbn_nn_test_save_fault_at = -1;
+int sbn_nn_test_save_fault_kind = 0;
+
+typedef struct st_dtype_info {
+  const char *name;
+  int size;
+  int sbn; /* sbn_dtype or -1 */
+} st_dtype_info;
+
+static const st_dtype_info dtypes[] = {
+    {"F32", 4, SBN_DTYPE_FLOAT32}, {"I64", 8, SBN_DTYPE_INT64}, {"F64", 8, SBN_DTYPE_FLOAT64},
+    {"F16", 2, SBN_DTYPE_FLOAT16}, {"BF16", 2, SBN_DTYPE_BFLOAT16}, {"I32", 4, -1}, {"I16", 2, -1},
+    {"I8", 1, -1}, {"U8", 1, -1}, {"U16", 2, -1}, {"U32", 4, -1}, {"U64", 8, -1}, {"BOOL", 1, -1},
+    {"F8_E4M3", 1, -1}, {"F8_E5M2", 1, -1}};
+
+static const st_dtype_info *dtype_by_name(const char *s) {
+  for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++)
+    if (!strcmp(dtypes[i].name, s)) return &dtypes[i];
+  return NULL;
+}
+
+static const st_dtype_info *dtype_by_sbn(sbn_dtype d) {
+  for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++)
+    if (dtypes[i].sbn == (int)d) return &dtypes[i];
+  return NULL;
+}
+
+const char *sbn_nn_st_dtype_name(sbn_dtype d) {
+  const st_dtype_info *i = dtype_by_sbn(d);
+  return i ? i->name : "?";
+}
+
+static int host_is_little_endian(void) {
+  const uint16_t one = 1;
+  return *(const uint8_t *)&one == 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading                                                             */
+/* ------------------------------------------------------------------ */
+
+static int as_u53(const cJSON *v, uint64_t *out) {
+  if (!cJSON_IsNumber(v)) return 0;
+  double d = v->valuedouble;
+  if (!(d >= 0) || d > 9007199254740992.0 || d != (double)(uint64_t)d) return 0;
+  *out = (uint64_t)d;
+  return 1;
+}
+
+static int cmp_offset(const void *a, const void *b) {
+  const sbn_nn_st_tensor *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end) return x->end < y->end ? -1 : 1;
+  return 0;
+}
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(((const sbn_nn_st_tensor *)a)->name, ((const sbn_nn_st_tensor *)b)->name);
+}
+
+void sbn_nn_st_close(sbn_nn_st_file *f) {
+  if (f->root) cJSON_Delete(f->root);
+  free(f->t);
+  memset(f, 0, sizeof *f);
+}
+
+/* Record the message (which may point into f) first, then release f. */
+static sbn_status close_with(sbn_nn_st_file *f, sbn_status st) {
+  sbn_nn_st_close(f);
+  return st;
+}
+#define BAD(...) close_with(f, sbn_fail(SBN_STATUS_IO_ERROR, __VA_ARGS__))
+
+sbn_status sbn_nn_st_parse(sbn_nn_st_file *f, const void *buf, size_t len, const char *call) {
+  memset(f, 0, sizeof *f);
+  const uint8_t *b = buf;
+  if (!buf && len) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: buffer is NULL", call);
+  if (len < 8) return BAD("%s: not a safetensors file: %zu bytes, shorter than the 8-byte header length", call, len);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | b[i];
+  if (n < 2 || n > ST_MAX_HEADER)
+    return BAD("%s: corrupt safetensors file: header length %llu is out of range [2, %u]", call,
+               (unsigned long long)n, ST_MAX_HEADER);
+  if (n > len - 8)
+    return BAD("%s: truncated safetensors file: the header needs %llu bytes, the file has %zu after the length",
+               call, (unsigned long long)n, len - 8);
+  const char *h = (const char *)b + 8;
+  if (h[0] != '{') return BAD("%s: corrupt safetensors header: it does not start with '{'", call);
+  const char *end = NULL;
+  f->root = cJSON_ParseWithLengthOpts(h, (size_t)n, &end, 0);
+  if (!f->root) {
+    const char *at = cJSON_GetErrorPtr();
+    long off = at && at >= h && at <= h + n ? (long)(at - h) : -1;
+    return BAD("%s: corrupt safetensors header: invalid JSON (near byte %ld of %llu)", call, off,
+               (unsigned long long)n);
+  }
+  for (const char *p = end; p < h + n; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+      return BAD("%s: corrupt safetensors header: unexpected byte 0x%02x after the JSON object (byte %ld)", call,
+                 (unsigned char)*p, (long)(p - h));
+  if (!cJSON_IsObject(f->root)) return BAD("%s: corrupt safetensors header: not a JSON object", call);
+  int count = 0;
+  for (cJSON *c = f->root->child; c; c = c->next) count++;
+  f->t = calloc((size_t)count + 1, sizeof *f->t);
+  if (!f->t) {
+    sbn_nn_st_close(f);
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  }
+  f->data = b + 8 + n;
+  f->data_len = len - 8 - (size_t)n;
+  int seen_meta = 0;
+  for (cJSON *c = f->root->child; c; c = c->next) {
+    const char *key = c->string;
+    if (!key || !*key) return BAD("%s: corrupt safetensors header: an entry has an empty name", call);
+    if (!strcmp(key, "__metadata__")) {
+      if (seen_meta++) return BAD("%s: corrupt safetensors header: __metadata__ appears twice", call);
+      if (!cJSON_IsObject(c)) return BAD("%s: corrupt safetensors header: __metadata__ is not an object", call);
+      for (cJSON *m = c->child; m; m = m->next)
+        if (!cJSON_IsString(m))
+          return BAD("%s: corrupt safetensors header: __metadata__ value \"%s\" is not a string", call,
+                     m->string ? m->string : "?");
+      cJSON *crc = cJSON_GetObjectItemCaseSensitive(c, "syncbn_crc32");
+      if (crc) {
+        const char *s = crc->valuestring;
+        char *e = NULL;
+        unsigned long v = strtoul(s, &e, 16);
+        if (strlen(s) != 8 || !e || *e || v > 0xffffffffUL)
+          return BAD("%s: corrupt safetensors header: syncbn_crc32 \"%s\" is not 8 hex digits", call, s);
+        f->has_crc = 1;
+        f->crc = (uint32_t)v;
+      }
+      continue;
+    }
+    sbn_nn_st_tensor *t = &f->t[f->n];
+    t->name = key;
+    if (!cJSON_IsObject(c)) return BAD("%s: corrupt safetensors header: entry \"%s\" is not an object", call, key);
+    int fields = 0;
+    for (cJSON *m = c->child; m; m = m->next) fields++;
+    cJSON *dt = cJSON_GetObjectItemCaseSensitive(c, "dtype");
+    cJSON *sh = cJSON_GetObjectItemCaseSensitive(c, "shape");
+    cJSON *of = cJSON_GetObjectItemCaseSensitive(c, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || fields != 3)
+      return BAD("%s: corrupt safetensors header: entry \"%s\" needs exactly \"dtype\" (string), \"shape\" and "
+                 "\"data_offsets\" (arrays)",
+                 call, key);
+    const st_dtype_info *di = dtype_by_name(dt->valuestring);
+    if (!di) return BAD("%s: corrupt safetensors header: entry \"%s\" has unknown dtype \"%s\"", call, key, dt->valuestring);
+    t->dtype_name = di->name;
+    t->sbn_dtype = di->sbn;
+    t->elsize = di->size;
+    int nd = cJSON_GetArraySize(sh);
+    if (nd > ST_MAX_DIMS) return BAD("%s: corrupt safetensors header: entry \"%s\" has %d dims (at most %d)", call, key, nd, ST_MAX_DIMS);
+    t->ndim = nd;
+    uint64_t numel = 1;
+    int i = 0;
+    for (cJSON *d = sh->child; d; d = d->next, i++) {
+      uint64_t v;
+      if (!as_u53(d, &v)) return BAD("%s: corrupt safetensors header: entry \"%s\" has a bad shape", call, key);
+      t->shape[i] = (int64_t)v;
+      if (v && numel > (UINT64_C(1) << 60) / v) return BAD("%s: corrupt safetensors header: entry \"%s\" is too large", call, key);
+      numel *= v;
+    }
+    t->numel = (int64_t)numel;
+    uint64_t ob, oe;
+    if (cJSON_GetArraySize(of) != 2 || !as_u53(of->child, &ob) || !as_u53(of->child->next, &oe) || ob > oe)
+      return BAD("%s: corrupt safetensors header: entry \"%s\" has bad data_offsets", call, key);
+    if (oe - ob != numel * (uint64_t)di->size)
+      return BAD("%s: corrupt safetensors header: entry \"%s\": data_offsets [%llu, %llu] hold %llu bytes, "
+                 "dtype %s and shape need %llu",
+                 call, key, (unsigned long long)ob, (unsigned long long)oe, (unsigned long long)(oe - ob),
+                 di->name, (unsigned long long)(numel * (uint64_t)di->size));
+    t->begin = ob, t->end = oe;
+    f->n++;
+  }
+  /* Names distinct (cJSON keeps duplicate keys). */
+  qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_name);
+  for (int i = 1; i < f->n; i++)
+    if (!strcmp(f->t[i - 1].name, f->t[i].name))
+      return BAD("%s: corrupt safetensors header: entry \"%s\" appears twice", call, f->t[i].name);
+  /* Offsets tile [0, data_len) exactly: no overlap, no hole, nothing past the end. */
+  sbn_nn_st_tensor *byoff = malloc(sizeof *byoff * (size_t)(f->n ? f->n : 1));
+  if (!byoff) {
+    sbn_nn_st_close(f);
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  }
+  memcpy(byoff, f->t, sizeof *byoff * (size_t)f->n);
+  qsort(byoff, (size_t)f->n, sizeof *byoff, cmp_offset);
+  uint64_t pos = 0;
+  for (int i = 0; i < f->n; i++) {
+    if (byoff[i].begin != pos) {
+      char msg[400];
+      snprintf(msg, sizeof msg, "entry \"%s\" starts at %llu, expected %llu (%s)", byoff[i].name,
+               (unsigned long long)byoff[i].begin, (unsigned long long)pos,
+               byoff[i].begin < pos ? "overlaps the previous entry" : "a hole in the data");
+      free(byoff);
+      return BAD("%s: corrupt safetensors header: %s", call, msg);
+    }
+    pos = byoff[i].end;
+  }
+  free(byoff);
+  if (pos != f->data_len)
+    return BAD("%s: %s safetensors file: the header describes %llu data bytes, the file has %zu (file size %zu, "
+               "expected %llu)",
+               call, pos > f->data_len ? "truncated" : "corrupt", (unsigned long long)pos, f->data_len, len,
+               (unsigned long long)(8 + n + pos));
+  if (f->has_crc) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t off = 0; off < f->data_len;) {
+      size_t chunk = f->data_len - off > (1u << 30) ? (1u << 30) : f->data_len - off;
+      crc = crc32(crc, f->data + off, (uInt)chunk);
+      off += chunk;
+    }
+    if ((uint32_t)crc != f->crc)
+      return BAD("%s: corrupt safetensors file: data checksum mismatch (CRC32 %08x, header says %08x)", call,
+                 (unsigned)crc, (unsigned)f->crc);
+  }
+  return SBN_STATUS_OK;
+}
+
+const sbn_nn_st_tensor *sbn_nn_st_find(const sbn_nn_st_file *f, const char *name) {
+  sbn_nn_st_tensor key;
+  memset(&key, 0, sizeof key);
+  key.name = name;
+  return bsearch(&key, f->t, (size_t)f->n, sizeof *f->t, cmp_name);
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading into entries                                                */
+/* ------------------------------------------------------------------ */
+
+static int is_nbt(const char *name) {
+  size_t n = strlen(name), k = strlen("num_batches_tracked");
+  return n >= k && !strcmp(name + n - k, "num_batches_tracked") && (n == k || name[n - k - 1] == '.');
+}
+
+void sbn_nn_load_report_free(sbn_nn_load_report *r) {
+  if (!r) return;
+  for (int i = 0; i < r->num_missing; i++) free(r->missing[i]);
+  for (int i = 0; i < r->num_unexpected; i++) free(r->unexpected[i]);
+  free(r->missing), free(r->unexpected);
+  memset(r, 0, sizeof *r);
+}
+
+static void list_names(char *out, size_t cap, char **names, int n) {
+  size_t k = 0;
+  out[0] = 0;
+  for (int i = 0; i < n && k + 1 < cap; i++) {
+    if (i == 4) {
+      snprintf(out + k, cap - k, ", ... (%d in all)", n);
+      return;
+    }
+    k += (size_t)snprintf(out + k, cap - k, "%s\"%s\"", i ? ", " : "", names[i]);
+  }
+}
+
+sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, size_t len, unsigned flags,
+                                  sbn_nn_load_report *report, int nbt_default, const char *call) {
+  if (report) memset(report, 0, sizeof *report);
+  if (!e && count > 0) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entries is NULL", call);
+  if (!host_is_little_endian())
+    return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: safetensors data is little-endian; big-endian hosts are not supported", call);
+  sbn_nn_st_file f;
+  sbn_status st = sbn_nn_st_parse(&f, buf, len, call);
+  if (st != SBN_STATUS_OK) return st;
+  const int strict = (flags & SBN_NN_LOAD_STRICT) != 0;
+  const sbn_nn_st_tensor **src = calloc((size_t)count + 1, sizeof *src);
+  char *used = calloc((size_t)f.n + 1, 1);
+  char **missing = calloc((size_t)count + 1, sizeof *missing);
+  char **unexpected = calloc((size_t)f.n + 1, sizeof *unexpected);
+  int nmiss = 0, nunexp = 0;
+  st = (src && used && missing && unexpected) ? SBN_STATUS_OK : sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  for (int i = 0; st == SBN_STATUS_OK && i < count; i++) {
+    const sbn_nn_st_tensor *t = sbn_nn_st_find(&f, e[i].name);
+    if (!t) {
+      if (nbt_default && is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64 && e[i].numel == 1) continue; /* -> 0 */
+      missing[nmiss++] = e[i].name;
+      continue;
+    }
+    used[t - f.t] = 1;
+    if (t->sbn_dtype != (int)e[i].dtype) {
+      st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" has dtype %s in the checkpoint, the model expects %s",
+                    call, e[i].name, t->dtype_name, sbn_nn_st_dtype_name(e[i].dtype));
+      break;
+    }
+    int same = t->ndim == e[i].ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == e[i].shape[d];
+    /* PyTorch's backward compatibility: a 1-element 1-D tensor loads into a
+     * 0-dim one (state dicts of PyTorch 0.3). */
+    if (!same && e[i].ndim == 0 && t->ndim == 1 && t->shape[0] == 1) same = 1;
+    if (!same) {
+      char a[128], b[128];
+      st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "%s: size mismatch for \"%s\": shape %s in the checkpoint, %s in the model", call, e[i].name,
+                    sbn_nn_shape_str(a, sizeof a, t->ndim, t->shape), sbn_nn_shape_str(b, sizeof b, e[i].ndim, e[i].shape));
+      break;
+    }
+    if (is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64) {
+      int64_t v;
+      memcpy(&v, f.data + t->begin, 8);
+      if (v < 0) {
+        st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" = %lld is negative", call, e[i].name, (long long)v);
+        break;
+      }
+    }
+    src[i] = t;
+  }
+  if (st == SBN_STATUS_OK)
+    for (int j = 0; j < f.n; j++)
+      if (!used[j]) unexpected[nunexp++] = (char *)f.t[j].name;
+  if (st == SBN_STATUS_OK && strict && (nmiss || nunexp)) {
+    char a[600] = "", b[600] = "";
+    list_names(a, sizeof a, missing, nmiss);
+    list_names(b, sizeof b, unexpected, nunexp);
+    st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: error(s) in loading state: %d missing key(s)%s%s; %d unexpected key(s)%s%s",
+                  call, nmiss, nmiss ? ": " : "", a, nunexp, nunexp ? ": " : "", b);
+  }
+  sbn_nn_load_report rep = {0, NULL, 0, NULL};
+  if (st == SBN_STATUS_OK && report) {
+    rep.missing = calloc((size_t)nmiss + 1, sizeof(char *));
+    rep.unexpected = calloc((size_t)nunexp + 1, sizeof(char *));
+    int ok = rep.missing && rep.unexpected;
+    for (int i = 0; ok && i < nmiss; i++) ok = (rep.missing[rep.num_missing++] = strdup(missing[i])) != NULL;
+    for (int i = 0; ok && i < nunexp; i++) ok = (rep.unexpected[rep.num_unexpected++] = strdup(unexpected[i])) != NULL;
+    if (!ok) {
+      sbn_nn_load_report_free(&rep);
+      st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+    }
+  }
+  if (st == SBN_STATUS_OK) {
+    /* Everything checked: commit. Nothing below can fail. */
+    for (int i = 0; i < count; i++) {
+      if (src[i])
+        memcpy(e[i].data, f.data + src[i]->begin, src[i]->end - src[i]->begin);
+      else if (nbt_default && is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64 && e[i].numel == 1) {
+        int is_missing = 0;
+        for (int k = 0; k < nmiss; k++) is_missing |= missing[k] == e[i].name;
+        if (!is_missing) *(int64_t *)e[i].data = 0;
+      }
+    }
+    if (report) *report = rep;
+  }
+  free(src), free(used), free(missing), free(unexpected);
+  sbn_nn_st_close(&f);
+  return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* Writing                                                             */
+/* ------------------------------------------------------------------ */
+
+static size_t entry_bytes(const sbn_nn_entry *e) {
+  const st_dtype_info *d = dtype_by_sbn(e->dtype);
+  return (size_t)e->numel * (size_t)(d ? d->size : 0);
+}
+
+static int write_all(int fd, const void *p, size_t n, long *written) {
+  const uint8_t *b = p;
+  while (n > 0) {
+    size_t chunk = n > (1u << 30) ? (1u << 30) : n;
+    if (sbn_nn_test_save_fault_at >= 0 && *written + (long)chunk > sbn_nn_test_save_fault_at) {
+      size_t part = (size_t)(sbn_nn_test_save_fault_at - *written);
+      if (part) (void)!write(fd, b, part);
+      if (sbn_nn_test_save_fault_kind == 2) _exit(3);
+      errno = EIO;
+      return -1;
+    }
+    ssize_t w = write(fd, b, chunk);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    b += w, n -= (size_t)w, *written += (long)w;
+  }
+  return 0;
+}
+
+sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, const char *call) {
+  if (!path || !*path || (!e && count > 0)) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
+  if (!host_is_little_endian())
+    return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: big-endian hosts are not supported", call);
+  for (int i = 0; i < count; i++) {
+    if (!e[i].name[0] || !strcmp(e[i].name, "__metadata__"))
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry %d has an invalid name", call, i);
+    if (!dtype_by_sbn(e[i].dtype) || e[i].numel < 0 || (e[i].numel > 0 && !e[i].data) || e[i].ndim < 0 ||
+        e[i].ndim > SBN_MAX_DIMS)
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" has a bad dtype, shape or data", call, e[i].name);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(e[i].name, e[j].name))
+        return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" appears twice", call, e[i].name);
+  }
+  /* Header. */
+  uLong crc = crc32(0L, Z_NULL, 0);
+  cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
+  int ok = root && meta && cJSON_AddStringToObject(meta, "format", "pt");
+  uint64_t off = 0;
+  for (int i = 0; ok && i < count; i++) {
+    size_t nb = entry_bytes(&e[i]);
+    if (nb) crc = crc32(crc, e[i].data, (uInt)nb);
+    cJSON *t = cJSON_AddObjectToObject(root, e[i].name);
+    ok = t && cJSON_AddStringToObject(t, "dtype", sbn_nn_st_dtype_name(e[i].dtype));
+    cJSON *sh = ok ? cJSON_AddArrayToObject(t, "shape") : NULL, *of = NULL;
+    ok = ok && sh;
+    for (int d = 0; ok && d < e[i].ndim; d++) ok = cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)e[i].shape[d]));
+    if (ok) of = cJSON_AddArrayToObject(t, "data_offsets");
+    ok = ok && of && cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off)) &&
+         cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + nb)));
+    off += nb;
+  }
+  char crcs[16];
+  snprintf(crcs, sizeof crcs, "%08x", (unsigned)(uint32_t)crc);
+  ok = ok && cJSON_AddStringToObject(meta, "syncbn_crc32", crcs);
+  char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
+  cJSON_Delete(root);
+  if (!json) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory building the header", call);
+  size_t jl = strlen(json), hl = (jl + 7) / 8 * 8;
+  char *hdr = malloc(8 + hl);
+  if (!hdr) {
+    free(json);
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  }
+  for (int i = 0; i < 8; i++) hdr[i] = (char)(((uint64_t)hl >> (8 * i)) & 0xff);
+  memcpy(hdr + 8, json, jl);
+  memset(hdr + 8 + jl, ' ', hl - jl);
+  free(json);
+
+  /* Atomic write: temporary file in the same directory, fsync, rename, fsync dir. */
+  size_t pl = strlen(path);
+  char *tmp = malloc(pl + 16), *dir = malloc(pl + 2);
+  if (!tmp || !dir) {
+    free(hdr), free(tmp), free(dir);
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  }
+  snprintf(tmp, pl + 16, "%s.tmp-XXXXXX", path);
+  const char *slash = strrchr(path, '/');
+  if (!slash) strcpy(dir, ".");
+  else if (slash == path) strcpy(dir, "/");
+  else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = 0;
+  sbn_status st = SBN_STATUS_OK;
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot create a temporary file next to %s: %s", call, path, strerror(errno));
+  } else {
+    long written = 0;
+    int err = fchmod(fd, 0644) != 0 || write_all(fd, hdr, 8 + hl, &written) != 0;
+    for (int i = 0; !err && i < count; i++) err = write_all(fd, e[i].data, entry_bytes(&e[i]), &written) != 0;
+    if (!err) err = fsync(fd) != 0;
+    int saved = errno;
+    if (close(fd) != 0 && !err) err = 1, saved = errno;
+    if (!err && rename(tmp, path) != 0) err = 1, saved = errno;
+    if (err) {
+      unlink(tmp);
+      st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: writing %s failed: %s (the previous file, if any, is intact)", call, path,
+                    strerror(saved));
+    } else {
+      int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+      if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL)
+          st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: fsync of directory %s failed: %s", call, dir, strerror(errno));
+        close(dfd);
+      }
+    }
+  }
+  free(hdr), free(tmp), free(dir);
+  return st;
+}

@@ -1,0 +1,49 @@
+/* One data-parallel training run of syncbn-train, executed by every rank. */
+#ifndef SBN_TRAIN_TRAINER_H
+#define SBN_TRAIN_TRAINER_H
+
+#include <signal.h>
+
+#include "syncbn_data.h"
+#include "syncbn_dp.h"
+
+typedef struct train_cfg {
+  int ranks, batch, epochs, width;
+  double lr, momentum, weight_decay;
+  int sync_bn;               /* 1: SyncBatchNorm over all ranks; 0: local BatchNorm */
+  uint64_t seed;
+  const char *ckpt_dir;      /* NULL: no checkpoints */
+  int resume;                /* continue from ckpt_dir's checkpoint if present */
+  int64_t stop_after_steps;  /* > 0: stop (as on Ctrl-C) after this many steps (tests) */
+  int progress;              /* rank 0 draws a progress bar on stderr */
+  int quiet;                 /* no per-epoch lines */
+} train_cfg;
+
+enum { TRAIN_MAX_EPOCHS = 1000 };
+
+typedef struct epoch_stats {
+  double loss, train_acc, test_acc, images_per_s;
+} epoch_stats;
+
+typedef struct train_result {
+  int epochs_done;           /* epochs completed (including resumed ones) */
+  int interrupted;           /* stopped early (Ctrl-C or stop_after_steps) */
+  epoch_stats epoch[TRAIN_MAX_EPOCHS];
+  double step_loss_sum;      /* sum of the global losses of the steps run here (resume tests) */
+  int64_t steps_run;
+  char checkpoint[512];
+  char error[1024];          /* rank 0's failure message */
+} train_result;
+
+/* Set by the SIGINT handler; checked at every step boundary. */
+extern volatile sig_atomic_t train_interrupted;
+
+/* Train on `group` (every rank calls it with the same cfg and datasets).
+ * Rank 0 fills *result. Returns a status; messages via sbn_last_error(). */
+sbn_status train_run(sbn_group *group, const train_cfg *cfg, const sbn_dataset *train,
+                     const sbn_dataset *test, train_result *result);
+
+/* The checkpoint path of a mode inside ckpt_dir. */
+void train_checkpoint_path(char *buf, size_t cap, const train_cfg *cfg);
+
+#endif
