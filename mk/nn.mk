@@ -22,9 +22,6 @@ $(BUILD)/tests/nn/%: tests/nn/%.c $(NN_TEST_SUPPORT) $(BUILD)/libsyncbn.a
 # The PyTorch peer: C exports model + input + its results, Debian's torch
 # (/usr/bin/python3) recomputes and compares, then C loads PyTorch's file.
 NN_PEER := $(BUILD)/tests/nn/nn_torch_peer
-$(BUILD)/examples/%: examples/%.c $(BUILD)/libsyncbn.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 all: $(NN_PEER) $(BUILD)/examples/nn_example
 EXTRA_TEST_CMDS += 'cmd:d=$$(mktemp -d) && $(NN_PEER) export $$d && $(PYTHON) tests/nn/torch_peer.py $$d && $(NN_PEER) import $$d; rc=$$?; rm -rf $$d; exit $$rc'
 EXTRA_TEST_CMDS += 'cmd:d=$$(mktemp -d) && $(BUILD)/examples/nn_example $$d/model.safetensors; rc=$$?; rm -rf $$d; exit $$rc'

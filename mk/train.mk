@@ -3,6 +3,7 @@
 TRAIN_SRCS := tools/train/model.c tools/train/trainer.c tools/train/report.c
 TRAIN_BIN := $(BUILD)/tools/syncbn-train
 DEPS_BUILD += libopenblas-dev libcjson-dev zlib1g-dev gnuplot-nox
+DEPS_TEST += gnuplot-nox
 ifneq ($(strip $(MPICC)),)
 TRAIN_CFLAGS := -DSBN_TRAIN_WITH_MPI=1 $(MPI_CFLAGS)
 endif
