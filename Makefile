@@ -89,7 +89,7 @@ install: lib
 	install -m 644 $(BUILD)/libsyncbn.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libsyncbn.so $(DESTDIR)$(PREFIX)/lib/libsyncbn.so.0
 	ln -sf libsyncbn.so.0 $(DESTDIR)$(PREFIX)/lib/libsyncbn.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define SYNCBN_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' include/syncbn.h | paste -sd.)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|' -e 's|@VERSION@|$(shell sed -n 's/^#define SYNCBN_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' include/syncbn.h | paste -sd.)|' \
 	    syncbn.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/syncbn.pc
 
 clean:

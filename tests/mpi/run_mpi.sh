@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The MPI tests of `make test` (entries of EXTRA_TEST_CMDS in mk/mpi.mk).
+# Each mpirun is bounded by `timeout`, so a hang fails instead of stalling
+# CI; every part prints its evidence; exit status non-zero on any failure.
+# Usage: tests/mpi/run_mpi.sh BUILD equivalence|faults|kill|torch
+set -u
+build=$1; what=$2
+# Open MPI refuses root without these (CI containers run as root); the test
+# machine has 2 cores, so 3 and 4 ranks need --oversubscribe.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=(mpirun --oversubscribe)
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+case "$what" in
+equivalence)
+  for np in 1 2 3 4; do
+    echo "### mpirun -np $np test_mpi_equivalence"
+    timeout -k 5 300 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_equivalence" 24 || fail "np=$np (exit $?)"
+  done ;;
+faults)
+  for np in 2 3; do
+    echo "### mpirun -np $np test_mpi_faults mismatch"
+    timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_faults" mismatch || fail "mismatch np=$np (exit $?)"
+  done
+  echo "### mpirun -np 3 test_mpi_faults timeout"
+  timeout -k 5 60 "${MPIRUN[@]}" -np 3 "$build/tests/mpi/test_mpi_faults" timeout || fail "timeout (exit $?)" ;;
+kill)
+  # A rank that dies (SIGKILL) mid-training: the job must end, non-zero,
+  # within bounded time, with mpirun's message naming the rank. A rank that
+  # stops (SIGSTOP: alive but gone) must make the others time out after
+  # SYNCBN_TIMEOUT with the library's message naming it.
+  log=$(mktemp); trap 'rm -f "$log"' EXIT
+  expect_end() { # name, max seconds, pattern..., -- command...
+    local name=$1 max=$2; shift 2
+    local pats=(); while [ "$1" != "--" ]; do pats+=("$1"); shift; done; shift
+    local t0=$SECONDS
+    timeout -k 5 90 "$@" >"$log" 2>&1; local rc=$?
+    local took=$((SECONDS - t0))
+    sed 's/^/    | /' "$log"
+    echo "  $name: exit status $rc after $took s (must be non-zero, not 124 from timeout, within $max s)"
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $took -gt "$max" ]; then fail "$name: exit $rc after $took s"; fi
+    for p in "${pats[@]}"; do
+      if grep -q -- "$p" "$log"; then echo "  $name: found \"$p\""; else fail "$name: no \"$p\" in the output"; fi
+    done
+  }
+  echo "### rank 1 SIGKILLs itself at step 3 (mpirun -np 3, default behaviour)"
+  expect_end kill 30 "step 2 ok" "exited on signal 9" -- \
+    "${MPIRUN[@]}" -np 3 "$build/tests/mpi/test_mpi_faults" kill
+  echo "### rank 1 SIGSTOPs itself at step 3 (SYNCBN_TIMEOUT=2)"
+  expect_end stop 30 "step 2 ok" "SBN_STATUS_TIMEOUT" "timed out after 2 s in forward of layer #0" "waiting for rank(s) 1" -- \
+    env SYNCBN_TIMEOUT=2 "${MPIRUN[@]}" -x SYNCBN_TIMEOUT -np 3 "$build/tests/mpi/test_mpi_faults" stop ;;
+torch)
+  timeout -k 5 300 /usr/bin/python3 tests/mpi/torch_peer_mpi.py "$build/tests/mpi/torch_peer_mpi" || fail "torch peer (exit $?)" ;;
+*)
+  echo "unknown part $what"; exit 2 ;;
+esac
+[ $fails -eq 0 ] && echo "MPI $what: all passed" || echo "MPI $what: $fails failure(s)"
+[ $fails -eq 0 ]

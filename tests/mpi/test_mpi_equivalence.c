@@ -1,0 +1,288 @@
+/* The equivalence suite over MPI ranks (run under mpirun -np P).
+ *
+ * For randomized configurations (bn_case.c's case_random: uneven and empty
+ * ranks, 2-D..5-D, both layouts, affine/tracking on and off, momentum
+ * 0.1/0.3/none, 1-3 training steps then eval, and the two-sub-group case
+ * made alternately with sbn_group_new and sbn_group_split), every rank runs
+ * its own rank through the MPI backend; rank 0 collects all ranks' outputs
+ * and checks them
+ *   1. against the float64 reference on the concatenated batch (testutil's
+ *      ref_step; tolerances of bn_case.c: y 2e-6, dx 1e-5 relative, grads
+ *      and running statistics 1e-6 relative), and
+ *   2. BITWISE against the threads backend: rank 0 runs the same
+ *      configuration on the same per-rank inputs with sbn_team_run and
+ *      compares y, dx, grad_weight, grad_bias, running stats and
+ *      num_batches_tracked with memcmp.
+ * Usage: test_mpi_equivalence [cases]   (default 24) */
+#include <mpi.h>
+#include <stdio.h>
+
+#include "mpi_case.h"
+#include "syncbn_mpi.h"
+
+#define TOL_REL 1e-6 /* as bn_case.c: float32 rounding of float64 sums */
+
+static double rel_err_f(const float *a, const double *b, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - b[i]) / (1.0 + fabs(b[i]));
+    if (!(e <= m)) m = e;
+  }
+  return m;
+}
+
+static double y_err(const float *y, const double *ref, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)y[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
+    if (!(e <= m)) m = e;
+  }
+  return m;
+}
+
+static void worst(double *w, double v) {
+  if (!(v <= *w)) *w = v;
+}
+
+typedef struct errs { double y, dx, gw, gb, rm, rv; int nbt_bad; } errs;
+
+/* Rank 0: the MPI outputs in mc against the float64 reference. */
+static void check_reference(const mcase *mc, errs *e) {
+  const case_cfg *cfg = &mc->cfg;
+  const int64_t C = cfg->opt.num_features;
+  for (int half = 0; half < (cfg->halves ? 2 : 1); half++) {
+    int lo = cfg->halves && half ? cfg->P / 2 : 0, hi = cfg->halves && !half ? cfg->P / 2 : cfg->P;
+    ref_bn ref;
+    ref_init(&ref, &cfg->opt, mc->w, mc->b);
+    for (int s = 0; s < mcase_steps(mc); s++) {
+      ref_out out[CASE_MAX_RANKS];
+      rank_data tmp[CASE_MAX_RANKS]; /* ref_step takes non-const rank data */
+      for (int p = lo; p < hi; p++) tmp[p] = mc->data[s][p], ref_out_alloc(&out[p], &tmp[p], C);
+      ref_step(&ref, s < cfg->steps, &tmp[lo], hi - lo, &out[lo]);
+      double dxmax = 0;
+      for (int p = lo; p < hi; p++) dxmax = fmax(dxmax, max_abs(out[p].dx, tmp[p].numel));
+      for (int p = lo; p < hi; p++) {
+        const mrec *r = &mc->rec[s][p];
+        const int64_t n = tmp[p].numel;
+        worst(&e->y, y_err(r->y, out[p].y, n));
+        worst(&e->dx, max_abs_diff(r->dx, out[p].dx, n) / (dxmax + 1e-30));
+        if (cfg->opt.affine) worst(&e->gw, rel_err_f(r->gw, out[p].gw, C)), worst(&e->gb, rel_err_f(r->gb, out[p].gb, C));
+        if (cfg->opt.track_running_stats) {
+          worst(&e->rm, rel_err_f(r->rm, ref.rm, C));
+          worst(&e->rv, rel_err_f(r->rv, ref.rv, C));
+          if (r->nbt != ref.nbt) e->nbt_bad = 1;
+        }
+        ref_out_free(&out[p]);
+      }
+    }
+    ref_free(&ref);
+  }
+}
+
+static int same(const float *a, const float *b, int64_t n) {
+  if (!a || !b) return a == b;
+  return memcmp(a, b, 4 * (size_t)n) == 0;
+}
+
+/* Rank 0: number of records differing from the threads run (bitwise). */
+static int check_bitwise(const mcase *mpi, const mcase *thr) {
+  const int64_t C = mpi->cfg.opt.num_features;
+  int diffs = 0;
+  for (int s = 0; s < mcase_steps(mpi); s++)
+    for (int p = 0; p < mpi->cfg.P; p++) {
+      const mrec *a = &mpi->rec[s][p], *b = &thr->rec[s][p];
+      const int64_t n = mpi->data[s][p].numel;
+      diffs += !same(a->y, b->y, n) + !same(a->dx, b->dx, n) + !same(a->gw, b->gw, C) +
+               !same(a->gb, b->gb, C) + !same(a->rm, b->rm, C) + !same(a->rv, b->rv, C) + (a->nbt != b->nbt);
+    }
+  return diffs;
+}
+
+static int team_fn(sbn_group *world, void *arg) {
+  return mcase_rank(world, arg, sbn_group_rank(world));
+}
+
+/* Ranks != 0 send their records to rank 0, which stores them in mc. */
+static void collect(mcase *mc, int rank) {
+  const int64_t C = mc->cfg.opt.num_features;
+  for (int p = 1; p < mc->cfg.P; p++) {
+    if (rank != 0 && rank != p) continue;
+    int st = (int)mc->status[p];
+    if (rank == p) MPI_Send(&st, 1, MPI_INT, 0, 1, MPI_COMM_WORLD), MPI_Send(mc->msg[p], 256, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+    else MPI_Recv(&st, 1, MPI_INT, p, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_Recv(mc->msg[p], 256, MPI_CHAR, p, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    mc->status[p] = (sbn_status)st;
+    if (st != SBN_STATUS_OK) continue;
+    for (int s = 0; s < mcase_steps(mc); s++) {
+      mrec *r = &mc->rec[s][p];
+      const int64_t n = mc->data[s][p].numel;
+      float **fields[6] = {&r->y, &r->dx, &r->gw, &r->gb, &r->rm, &r->rv};
+      int64_t lens[6] = {n, n, C, C, C, C};
+      for (int f = 0; f < 6; f++) {
+        int present = *fields[f] != NULL;
+        if (rank == p) {
+          MPI_Send(&present, 1, MPI_INT, 0, 2, MPI_COMM_WORLD);
+          if (present) MPI_Send(*fields[f], (int)lens[f], MPI_FLOAT, 0, 2, MPI_COMM_WORLD);
+        } else {
+          MPI_Recv(&present, 1, MPI_INT, p, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          if (present) {
+            *fields[f] = malloc(4 * (size_t)(lens[f] ? lens[f] : 1));
+            MPI_Recv(*fields[f], (int)lens[f], MPI_FLOAT, p, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          }
+        }
+      }
+      if (rank == p) MPI_Send(&r->nbt, 1, MPI_INT64_T, 0, 3, MPI_COMM_WORLD);
+      else MPI_Recv(&r->nbt, 1, MPI_INT64_T, p, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+  }
+}
+
+/* The group collectives directly, in both payload regimes (in the envelope,
+ * and the ordered reduce-scatter beyond 64 KiB): every rank generates every
+ * rank's values (wide exponents, so the summation order shows in the last
+ * bits), and the result must equal the rank-ordered float64 sum, which is
+ * the threads backend's definition, bitwise. Also broadcast and barrier,
+ * on the world and on a split sub-group. Returns failures (rank 0's count). */
+static int check_collectives(sbn_group *g, int rank, const char *label) {
+  const int P = sbn_group_size(g), me = sbn_group_rank(g);
+  static const size_t counts[] = {0, 1, 129, 4097, 8193, 50001};
+  int bad = 0;
+  for (int dt = 0; dt < 2; dt++)
+    for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+      const size_t n = counts[k] * (dt ? 2 : 1); /* float32: 2x the count, same bytes */
+      const sbn_dtype dtype = dt ? SBN_DTYPE_FLOAT32 : SBN_DTYPE_FLOAT64;
+      double *all = malloc(8 * (n * (size_t)P + 1)), *want = malloc(8 * (n + 1)), *mine = malloc(8 * (n + 1));
+      float *minef = (float *)mine;
+      rng r = rng_seed(777 + n);
+      for (size_t i = 0; i < n * (size_t)P; i++) {
+        all[i] = rng_normal(&r) * pow(10.0, rng_int(&r, -6, 6));
+        if (dt) all[i] = (float)all[i];
+      }
+      size_t order_matters = 0;
+      for (size_t i = 0; i < n; i++) {
+        double s = 0, rev = 0;
+        for (int q = 0; q < P; q++) s += all[(size_t)q * n + i];
+        for (int q = P - 1; q >= 0; q--) rev += all[(size_t)q * n + i];
+        want[i] = dt ? (double)(float)s : s;
+        order_matters += dt ? (float)s != (float)rev : s != rev;
+        if (dt) minef[i] = (float)all[(size_t)me * n + i];
+        else mine[i] = all[(size_t)me * n + i];
+      }
+      sbn_status st = sbn_group_allreduce(g, mine, n, dtype, SBN_REDUCE_OP_SUM);
+      size_t wrong = 0;
+      for (size_t i = 0; st == SBN_STATUS_OK && i < n; i++)
+        wrong += dt ? memcmp(&minef[i], &(float){(float)want[i]}, 4) != 0 : memcmp(&mine[i], &want[i], 8) != 0;
+      int fail = st != SBN_STATUS_OK || wrong;
+      int any = 0;
+      MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+      bad += any;
+      if (rank == 0)
+        printf("%-4s %s allreduce %6zu x %s (%zu bytes, %s): %zu elements differ from the rank-ordered sum "
+               "(reverse order would change %zu)%s%s\n", any ? "FAIL" : "ok", label, n, dt ? "float32" : "float64",
+               n * (dt ? 4 : 8), n * (dt ? 4 : 8) <= 65536 ? "in the envelope" : "ordered reduce-scatter", wrong,
+               order_matters, st ? " status " : "", st ? sbn_status_name(st) : "");
+      free(all), free(want), free(mine);
+    }
+  static const size_t bsizes[] = {0, 100, 200000};
+  for (size_t k = 0; k < 3; k++) {
+    const size_t n = bsizes[k];
+    unsigned char *b = malloc(n + 1);
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(me == P - 1 ? i * 7 + 3 : 0xEE);
+    sbn_status st = sbn_group_broadcast(g, b, n, P - 1);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += b[i] != (unsigned char)(i * 7 + 3);
+    int fail = st != SBN_STATUS_OK || wrong, any = 0;
+    MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    bad += any;
+    if (rank == 0) printf("%-4s %s broadcast of %zu bytes from rank %d: %zu bytes wrong\n", any ? "FAIL" : "ok", label, n, P - 1, wrong);
+    free(b);
+  }
+  sbn_status st = sbn_group_barrier(g);
+  int fail = st != SBN_STATUS_OK, any = 0;
+  MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+  bad += any;
+  if (rank == 0) printf("%-4s %s barrier\n", any ? "FAIL" : "ok", label);
+  return bad;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, P;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  const int ncases = argc > 1 ? atoi(argv[1]) : 24;
+  int failures = 0;
+  sbn_group *world = NULL;
+  sbn_status st = sbn_group_from_mpi(&world, MPI_COMM_WORLD);
+  if (st != SBN_STATUS_OK || sbn_group_rank(world) != rank || sbn_group_size(world) != P ||
+      strcmp(sbn_group_backend(world), "mpi") != 0) {
+    fprintf(stderr, "rank %d: sbn_group_from_mpi: %s %s\n", rank, sbn_status_name(st), sbn_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (rank == 0) printf("MPI equivalence suite: %d ranks, %d cases, group '%s' (%s)\n", P, ncases,
+                        sbn_group_name(world), sbn_group_backend(world));
+  failures += check_collectives(world, rank, "world:");
+  if (P >= 2) { /* a split sub-group (odd/even ranks, reversed by key) */
+    sbn_group *sub = NULL;
+    st = sbn_group_split(&sub, world, rank % 2, -rank);
+    int bad = st != SBN_STATUS_OK || sbn_group_size(sub) != (P - rank % 2 + 1) / 2, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    if (any) {
+      if (rank == 0) printf("FAIL split: %s %s\n", sbn_status_name(st), sbn_last_error());
+      failures++;
+    } else {
+      char label[160];
+      snprintf(label, sizeof label, "'%s' (rank %d of %d):", sbn_group_name(sub), sbn_group_rank(sub), sbn_group_size(sub));
+      failures += check_collectives(sub, rank, label);
+    }
+    sbn_group_destroy(sub);
+  }
+  rng r = rng_seed(20261122u + (uint64_t)P);
+  errs tot = {0};
+  int bitwise_diffs = 0;
+  for (int k = 0; k < ncases; k++) {
+    case_cfg cfg;
+    const int halves = P >= 2 && k % 3 == 2;
+    case_random(&cfg, &r, P, halves); /* same stream on every rank: same configuration */
+    static mcase mc, mt;
+    mcase_generate(&mc, &cfg, k % 2);
+    mcase_rank(world, &mc, rank);
+    collect(&mc, rank);
+    if (rank == 0) {
+      char desc[512];
+      int bad = 0;
+      for (int p = 0; p < P; p++)
+        if (mc.status[p] != SBN_STATUS_OK) printf("  rank %d failed: %s: %s\n", p, sbn_status_name(mc.status[p]), mc.msg[p]), bad = 1;
+      errs e = {0};
+      int diffs = -1;
+      if (!bad) {
+        check_reference(&mc, &e);
+        mcase_generate(&mt, &cfg, k % 2);
+        sbn_status ts = sbn_team_run(P, team_fn, &mt);
+        if (ts != SBN_STATUS_OK) printf("  threads run failed: %s: %s\n", sbn_status_name(ts), sbn_last_error()), bad = 1;
+        else diffs = check_bitwise(&mc, &mt);
+        mcase_free(&mt);
+        bad |= !(e.y <= TOL_Y) || !(e.dx <= TOL_DX_REL) || !(e.gw <= TOL_REL) || !(e.gb <= TOL_REL) ||
+               !(e.rm <= TOL_REL) || !(e.rv <= TOL_REL) || e.nbt_bad || diffs != 0;
+        worst(&tot.y, e.y), worst(&tot.dx, e.dx), worst(&tot.gw, e.gw), worst(&tot.gb, e.gb);
+        worst(&tot.rm, e.rm), worst(&tot.rv, e.rv);
+        if (diffs > 0) bitwise_diffs += diffs;
+      }
+      failures += bad;
+      printf("%-4s %s%s: y %.1e dx %.1e gw %.1e gb %.1e rm %.1e rv %.1e; vs threads: %s%s\n",
+             bad ? "FAIL" : "ok", case_describe(desc, sizeof desc, &cfg),
+             cfg.halves ? (k % 2 ? " [split]" : " [new_group]") : "", e.y, e.dx, e.gw, e.gb, e.rm, e.rv,
+             diffs == 0 ? "bitwise identical" : diffs < 0 ? "not compared" : "DIFFERENT",
+             e.nbt_bad ? " num_batches_tracked WRONG" : "");
+    }
+    mcase_free(&mc);
+  }
+  MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("\nnp=%d: %d cases, %d failed. worst: y %.2e (tol %.0e), dx %.2e (tol %.0e rel), gw %.2e gb %.2e "
+           "rm %.2e rv %.2e (tol %.0e rel); records differing from threads: %d (must be 0)\n",
+           P, ncases, failures, tot.y, TOL_Y, tot.dx, TOL_DX_REL, tot.gw, tot.gb, tot.rm, tot.rv, TOL_REL,
+           bitwise_diffs);
+  sbn_group_destroy(world);
+  MPI_Finalize();
+  return failures ? 1 : 0;
+}
