@@ -66,7 +66,9 @@ const char *sbn_status_string(sbn_status status);
 /* Static name of a status, e.g. "SBN_STATUS_TIMEOUT". */
 const char *sbn_status_name(sbn_status status);
 /* Detail of the most recent failure on the calling thread ("" if none).
- * Valid until the next syncbn call on this thread. */
+ * Calls clear it when they start, except the destroy/free functions, which
+ * never touch it, so cleanup can follow a failure without losing its
+ * message. Valid until the next syncbn call on this thread. */
 const char *sbn_last_error(void);
 /* Runtime version, same encoding as SYNCBN_VERSION. */
 int sbn_version(void);
@@ -239,8 +241,8 @@ sbn_group *sbn_bn_get_group(const sbn_bn *bn);
 sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
 
 /* Forward. x: (N, C, *) with 2..5 dims, C == num_features, N >= 0 (N = 0 is
- * an empty rank: it still takes part in the collective), float32, either
- * layout. y: same shape, dtype and layout as x; y may alias x exactly
+ * an empty rank: it still takes part in the collective), float32 (or
+ * bfloat16/float16 storage, see "CPU kernels" below), either layout. y: same shape, dtype and layout as x; y may alias x exactly
  * (in place) but must not partially overlap it.
  *
  * Training (or track_running_stats = 0): normalizes with the batch mean and
@@ -293,6 +295,38 @@ sbn_status sbn_bn_tensor(sbn_tensor *view, sbn_bn *bn, sbn_bn_tensor_id id);
  * a negative value. */
 sbn_status sbn_bn_get_num_batches_tracked(const sbn_bn *bn, int64_t *out);
 sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
+
+
+/* ------------------------------------------------------------------------ */
+/* CPU kernels: storage types and threads within a rank (issue 4)           */
+/* ------------------------------------------------------------------------ */
+
+/* Storage: layer inputs and outputs (x, y, dy, dx) may be FLOAT32, BFLOAT16
+ * or FLOAT16 (all four of one call the same dtype); parameters, gradients
+ * and running statistics stay float32 and all arithmetic is float64, so a
+ * 16-bit tensor costs only its storage rounding (y and dx are rounded once,
+ * to nearest even, from float64 through float32).
+ *
+ * Threads: each rank runs the CPU kernels on T threads (OpenMP). Results are
+ * bitwise identical for every T (fixed work units, partial sums merged in a
+ * fixed order), so T only changes speed. T is, in order of precedence:
+ *   sbn_set_num_threads(T) with T >= 1 (process-wide);
+ *   the environment variable SYNCBN_NUM_THREADS (read once);
+ *   max(1, usable cores / ranks sharing them), where the ranks sharing them
+ *   are the size of the layer's group for the threads backend (the ranks are
+ *   threads of this process) times the MPI processes on this node
+ *   (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS), so that ranks and their
+ *   threads together do not oversubscribe the cores.
+ * Tensors under 65536 values run on one thread.
+ *
+ * SYNCBN_CPU_ISA=generic forces the portable kernels (default: AVX2 when the
+ * CPU has AVX2 and FMA); both give the same bits. */
+
+/* T >= 1: threads per rank from now on; 0: back to the default; < 0:
+ * SBN_STATUS_INVALID_ARGUMENT. */
+sbn_status sbn_set_num_threads(int threads);
+/* The T a rank uses when `ranks_in_process` ranks share this process. */
+int sbn_num_threads(int ranks_in_process);
 
 #ifdef __cplusplus
 }

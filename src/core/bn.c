@@ -35,6 +35,7 @@ struct sbn_bn {
   double *payload;          /* 2C+1: collective buffer */
   double *new_mean, *new_var, *new_invstd;
   double *ka, *kb, *kc;     /* per-channel coefficients of the elementwise passes */
+  sbn_cpu_ws ws;            /* kernel partial sums: grows with the shape, then reused */
 };
 
 sbn_bn_options sbn_bn_options_default(int64_t num_features) {
@@ -55,6 +56,7 @@ static void bn_free(sbn_bn *bn) {
   free(bn->mean), free(bn->invstd), free(bn->shift), free(bn->s1), free(bn->s2);
   free(bn->payload), free(bn->new_mean), free(bn->new_var), free(bn->new_invstd), free(bn->ka), free(bn->kb);
   free(bn->kc);
+  sbn_cpu_ws_free(&bn->ws);
   free(bn);
 }
 
@@ -112,7 +114,6 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
 }
 
 sbn_status sbn_bn_destroy(sbn_bn *bn) {
-  sbn_clear_error();
   if (bn) bn_free(bn);
   return SBN_STATUS_OK;
 }
@@ -136,15 +137,27 @@ sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out) {
   return SBN_STATUS_OK;
 }
 
+/* Before the passes over x: scratch for this shape (allocated on the first
+ * call with a larger shape only) and the threads this rank may use, the
+ * cores shared among the thread ranks of its group (cpu_threads.c). */
+static sbn_status prepare_kernels(sbn_bn *bn, sbn_geom g, const char *call) {
+  if (sbn_cpu_ws_reserve(&bn->ws, g) != 0)
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory for the kernels' partial sums", call);
+  int ranks = bn->group && strcmp(sbn_group_backend(bn->group), "threads") == 0 ? bn->group->size : 1;
+  bn->ws.threads = sbn_cpu_threads(ranks);
+  return SBN_STATUS_OK;
+}
+
 /* Run the layer's collective (when synchronized) carrying this rank's local
  * status, so a local error becomes an error on every rank. Returns the local
  * status if it failed, else the collective's. */
-static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_status local) {
+static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_dtype dtype,
+                            sbn_status local) {
   if (!bn->group) return local;
   sbn_sig sig;
-  sbn_sig_init(&sig, kind, bn->layer_id, bn->opt.num_features, SBN_DTYPE_FLOAT32,
-               "%s of layer #%d (C=%lld, float32)", kind == SBN_SIG_KIND_BN_FORWARD ? "forward" : "backward",
-               bn->layer_id, (long long)bn->opt.num_features);
+  sbn_sig_init(&sig, kind, bn->layer_id, bn->opt.num_features, dtype,
+               "%s of layer #%d (C=%lld, %s)", kind == SBN_SIG_KIND_BN_FORWARD ? "forward" : "backward",
+               bn->layer_id, (long long)bn->opt.num_features, sbn_dtype_name(dtype));
   if (local != SBN_STATUS_OK) {
     sbn_sig_set_error(&sig, local);
     memset(bn->payload, 0, sizeof(double) * count);
@@ -161,12 +174,12 @@ static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_sta
  * (n, n*mean, M2 + n*mean^2) per rank in float64: the global variance then
  * carries a relative error of about 1e-16 * (mean/std)^2, i.e. 1e-8 for
  * channels whose mean is 1e4 times their standard deviation. */
-static sbn_status batch_stats(sbn_bn *bn, const float *x, sbn_geom g, int synced, sbn_status local,
+static sbn_status batch_stats(sbn_bn *bn, const void *x, sbn_geom g, int synced, sbn_status local,
                               double *count) {
   const int64_t C = bn->opt.num_features;
   double *sum = bn->payload, *sumsq = bn->payload + C;
   if (local == SBN_STATUS_OK) {
-    sbn_cpu_stats_f32(bn->shift, bn->s1, bn->s2, x, g);
+    sbn_cpu_stats(&bn->ws, bn->shift, bn->s1, bn->s2, x, g);
     const double n = (double)g.n * (double)g.s;
     for (int64_t c = 0; c < C; c++) {
       double m = n > 0 ? bn->shift[c] + bn->s1[c] / n : 0.0;
@@ -179,7 +192,8 @@ static sbn_status batch_stats(sbn_bn *bn, const float *x, sbn_geom g, int synced
     }
     bn->payload[2 * C] = n;
   }
-  sbn_status st = synced ? sync_sums(bn, SBN_SIG_KIND_BN_FORWARD, (size_t)(2 * C + 1), local) : local;
+  sbn_status st =
+      synced ? sync_sums(bn, SBN_SIG_KIND_BN_FORWARD, (size_t)(2 * C + 1), g.dtype, local) : local;
   if (st != SBN_STATUS_OK) return st;
   const double n = bn->payload[2 * C];
   if (n <= 1)
@@ -207,10 +221,11 @@ sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x) {
   const int batch_stats_mode = bn->training || !bn->opt.track_running_stats;
   const int synced = bn->training && bn->group != NULL;
 
-  sbn_geom g = {0, 0, 0, SBN_LAYOUT_CHANNELS_FIRST};
+  sbn_geom g = {0, 0, 0, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
   sbn_status local = sbn_check_input(&g, x, call, "x", C, bn->opt.device);
   if (local == SBN_STATUS_OK) local = sbn_check_same(y, x, call, "y", "x");
   if (local == SBN_STATUS_OK) local = sbn_check_alias(y, x, call, "y", "x");
+  if (local == SBN_STATUS_OK) local = prepare_kernels(bn, g, call);
 
   double count = 0;
   if (batch_stats_mode) {
@@ -251,7 +266,7 @@ sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x) {
     bn->ka[c] = w * bn->invstd[c];
     bn->kb[c] = b;
   }
-  sbn_cpu_normalize_f32(y->data, x->data, g, bn->mean, bn->ka, bn->kb);
+  sbn_cpu_normalize(&bn->ws, y->data, x->data, g, bn->mean, bn->ka, bn->kb);
   return SBN_STATUS_OK;
 }
 
@@ -264,7 +279,7 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
    * differentiates, the same on every rank. */
   const int synced = bn->saved && bn->saved_synced;
 
-  sbn_geom g = {0, 0, 0, SBN_LAYOUT_CHANNELS_FIRST};
+  sbn_geom g = {0, 0, 0, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
   sbn_status local = SBN_STATUS_OK;
   if (!bn->saved)
     local = sbn_fail(SBN_STATUS_BAD_STATE, "%s: no successful forward to differentiate", call);
@@ -274,16 +289,17 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
   if (local == SBN_STATUS_OK && dx) local = sbn_check_same(dx, x, call, "dx", "x");
   if (local == SBN_STATUS_OK && dx) local = sbn_check_alias(dx, dy, call, "dx", "dy");
   if (local == SBN_STATUS_OK && dx) local = sbn_check_alias(dx, x, call, "dx", "x");
+  if (local == SBN_STATUS_OK) local = prepare_kernels(bn, g, call);
 
   double *sum_dy = bn->s1, *sum_dy_xmu = bn->s2;
   if (local == SBN_STATUS_OK)
-    sbn_cpu_backward_reduce_f32(sum_dy, sum_dy_xmu, dy->data, x->data, g, bn->mean);
+    sbn_cpu_backward_reduce(&bn->ws, sum_dy, sum_dy_xmu, dy->data, x->data, g, bn->mean);
   if (synced) {
     if (local == SBN_STATUS_OK) {
       memcpy(bn->payload, sum_dy, sizeof(double) * (size_t)C);
       memcpy(bn->payload + C, sum_dy_xmu, sizeof(double) * (size_t)C);
     }
-    sbn_status st = sync_sums(bn, SBN_SIG_KIND_BN_BACKWARD, (size_t)(2 * C), local);
+    sbn_status st = sync_sums(bn, SBN_SIG_KIND_BN_BACKWARD, (size_t)(2 * C), g.dtype, local);
     if (st != SBN_STATUS_OK) return st;
   } else if (local != SBN_STATUS_OK) {
     return local;
@@ -302,7 +318,7 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
         bn->kb[c] = 0, bn->kc[c] = 0;
       }
     }
-    sbn_cpu_backward_elemt_f32(dx->data, dy->data, x->data, g, bn->mean, bn->ka, bn->kb, bn->kc);
+    sbn_cpu_backward_elemt(&bn->ws, dx->data, dy->data, x->data, g, bn->mean, bn->ka, bn->kb, bn->kc);
   }
   if (bn->opt.affine)
     for (int64_t c = 0; c < C; c++) {

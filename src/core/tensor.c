@@ -84,8 +84,10 @@ sbn_status sbn_check_input(sbn_geom *geom, const sbn_tensor *t, const char *call
                     (long long)num_features);
   if (t->layout != SBN_LAYOUT_CHANNELS_FIRST && t->layout != SBN_LAYOUT_CHANNELS_LAST)
     return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %s has unknown layout %d", call, name, (int)t->layout);
-  if (t->dtype != SBN_DTYPE_FLOAT32)
-    return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %s has dtype %s; this build supports float32", call,
+  if (t->dtype != SBN_DTYPE_FLOAT32 && t->dtype != SBN_DTYPE_BFLOAT16 &&
+      t->dtype != SBN_DTYPE_FLOAT16)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED,
+                    "%s: %s has dtype %s; layer tensors are float32, bfloat16 or float16", call,
                     name, sbn_dtype_name(t->dtype));
   if (t->device.type != device.type || t->device.index != device.index)
     return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %s is on %s but the layer is on %s", call, name,
@@ -98,6 +100,7 @@ sbn_status sbn_check_input(sbn_geom *geom, const sbn_tensor *t, const char *call
   geom->s = 1;
   for (int i = 2; i < t->ndim; i++) geom->s *= t->shape[i];
   geom->layout = t->layout;
+  geom->dtype = t->dtype;
   return SBN_STATUS_OK;
 }
 

@@ -1,10 +1,16 @@
-/* Internal: CPU kernels for the four batch-norm passes on float32 storage.
- * Each is a single pass over its tensors with float64 accumulation, and its
- * summation order depends only on the shape, so results are reproducible
- * bit for bit. */
+/* Internal: CPU kernels for the four batch-norm passes, the interface the
+ * layer (src/core/bn.c) calls.
+ *
+ * Storage is float32, bfloat16 or float16 (sbn_geom.dtype); arithmetic and
+ * accumulation are float64. Each pass is one sweep over its tensors, split
+ * into fixed work units (see bn_kernels.c) that depend only on the shape, run
+ * on `threads` threads, vectorized (AVX2 when the CPU has it, else portable C
+ * with the same operation order). Results are bitwise identical for any
+ * thread count and for either instruction set. */
 #ifndef SBN_CPU_BN_KERNELS_H
 #define SBN_CPU_BN_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "syncbn.h"
@@ -13,25 +19,54 @@
 typedef struct sbn_geom {
   int64_t n, c, s;
   sbn_layout layout;
+  sbn_dtype dtype; /* FLOAT32, BFLOAT16 or FLOAT16 */
 } sbn_geom;
+
+/* Per-layer scratch for the partial sums of the reduction passes. It grows
+ * on the first call with a larger shape and is then reused: the steady state
+ * does not allocate. threads: threads per call (>= 1), set by the caller. */
+typedef struct sbn_cpu_ws {
+  double *part;
+  size_t cap; /* doubles */
+  int threads;
+} sbn_cpu_ws;
+
+/* Make ws large enough for g. Returns 0, or -1 when out of memory (ws is
+ * unchanged then). */
+int sbn_cpu_ws_reserve(sbn_cpu_ws *ws, sbn_geom g);
+void sbn_cpu_ws_free(sbn_cpu_ws *ws);
+
+/* Threads per rank: sbn_set_num_threads() if set, else SYNCBN_NUM_THREADS,
+ * else max(1, usable cores / (ranks_in_process * local MPI processes)). */
+int sbn_cpu_threads(int ranks_in_process);
 
 /* Pass 1 (read x). Per channel: a shift k (a value of the channel, so that
  * the sums stay well-conditioned when |mean| >> std), s1 = sum(x - k) and
  * s2 = sum((x - k)^2). Empty input: all zero. */
-void sbn_cpu_stats_f32(double *shift, double *s1, double *s2, const float *x, sbn_geom g);
+void sbn_cpu_stats(sbn_cpu_ws *ws, double *shift, double *s1, double *s2, const void *x,
+                   sbn_geom g);
 
 /* Pass 2 (read x, write y): y = (x - mean) * scale + bias per channel. y may be x. */
-void sbn_cpu_normalize_f32(float *y, const float *x, sbn_geom g, const double *mean,
-                           const double *scale, const double *bias);
+void sbn_cpu_normalize(sbn_cpu_ws *ws, void *y, const void *x, sbn_geom g, const double *mean,
+                       const double *scale, const double *bias);
 
 /* Backward pass 1 (read x, dy): sum_dy = sum(dy), sum_dy_xmu = sum(dy * (x - mean)). */
-void sbn_cpu_backward_reduce_f32(double *sum_dy, double *sum_dy_xmu, const float *dy,
-                                 const float *x, sbn_geom g, const double *mean);
+void sbn_cpu_backward_reduce(sbn_cpu_ws *ws, double *sum_dy, double *sum_dy_xmu, const void *dy,
+                             const void *x, sbn_geom g, const double *mean);
 
 /* Backward pass 2 (read x, dy, write dx):
- * dx = a * dy - b - c * (x - mean) per channel. dx may be dy. */
-void sbn_cpu_backward_elemt_f32(float *dx, const float *dy, const float *x, sbn_geom g,
-                                const double *mean, const double *a, const double *b,
-                                const double *c);
+ * dx = (a * dy - b) - c * (x - mean) per channel. dx may be dy or x. */
+void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void *x, sbn_geom g,
+                            const double *mean, const double *a, const double *b,
+                            const double *c);
+
+/* Instruction set of the kernels: chosen once from the CPU (AVX2+FMA+F16C
+ * -> "avx2", else "generic"), overridable with SYNCBN_CPU_ISA=generic|avx2
+ * or, for tests, sbn_cpu_set_isa. */
+typedef enum sbn_cpu_isa { SBN_CPU_ISA_GENERIC = 0, SBN_CPU_ISA_AVX2 = 1 } sbn_cpu_isa;
+sbn_cpu_isa sbn_cpu_get_isa(void);
+int sbn_cpu_has_avx2(void);
+/* Returns 0, or -1 if the CPU lacks the instruction set. */
+int sbn_cpu_set_isa(sbn_cpu_isa isa);
 
 #endif

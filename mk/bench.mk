@@ -1,0 +1,18 @@
+# syncbn-bench (issue 4): CPU kernels vs copy bandwidth and vs PyTorch.
+#   make bench          build and run it (installs gnuplot and python3-torch
+#                       when missing); results in build/bench/
+#   make bench BENCH_ARGS=--quick   N = 8 shapes only
+.DEFAULT_GOAL := all
+BENCH_ARGS ?=
+DEPS_BENCH := gnuplot-nox python3-torch
+
+$(BUILD)/bench/syncbn-bench: bench/bench_cpu.c $(BUILD)/libsyncbn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+
+all: $(BUILD)/bench/syncbn-bench
+
+.PHONY: bench
+bench: $(BUILD)/bench/syncbn-bench
+	@scripts/deps.sh $(DEPS_BENCH) || echo "bench: could not install $(DEPS_BENCH); continuing without"
+	$(BUILD)/bench/syncbn-bench --out $(BUILD)/bench $(BENCH_ARGS)

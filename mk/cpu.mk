@@ -1,0 +1,15 @@
+# CPU kernels (issue 4): vectorized (AVX2 chosen at run time), OpenMP threads
+# within a rank, float32/bfloat16/float16 storage.
+.DEFAULT_GOAL := all
+
+LIB_SRCS := $(filter-out src/cpu/bn_kernels.c,$(LIB_SRCS)) \
+            src/cpu/bn_kernels.c src/cpu/cpu_threads.c src/cpu/cpu_parallel.c \
+            src/cpu/kern_generic.c src/cpu/kern_avx2.c
+LIB_LDLIBS += -fopenmp
+
+# OpenMP only where the parallel loop lives; no fused multiply-add in the
+# kernels, so the AVX2 and the portable builds round identically.
+$(BUILD)/src/cpu/%.o: CFLAGS += -ffp-contract=off -Wno-psabi
+$(BUILD)/src/cpu/cpu_parallel.o: CFLAGS += -fopenmp
+
+TESTS += cpu/test_cpu_dtypes cpu/test_cpu_determinism cpu/test_cpu_noalloc

@@ -1,0 +1,57 @@
+/* Threads per rank for the CPU kernels.
+ *
+ * Ranks of the threads backend are themselves threads, and MPI may place
+ * several processes on one machine; each rank spawning one thread per core
+ * would oversubscribe the cores several times over. The default is
+ * therefore the usable cores divided among the ranks sharing them:
+ * max(1, cores / (ranks in this process x MPI processes on this node)),
+ * cores being the CPUs this process may run on (sched_getaffinity). */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../core/error.h"
+#include "bn_kernels.h"
+
+static int threads_set; /* sbn_set_num_threads; 0: default */
+
+sbn_status sbn_set_num_threads(int threads) {
+  sbn_clear_error();
+  if (threads < 0)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "sbn_set_num_threads: threads must be >= 0 (0: default), got %d", threads);
+  __atomic_store_n(&threads_set, threads, __ATOMIC_RELAXED);
+  return SBN_STATUS_OK;
+}
+
+static int env_int(const char *name) {
+  const char *e = getenv(name);
+  return e ? atoi(e) : 0;
+}
+
+static int usable_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+int sbn_cpu_threads(int ranks_in_process) {
+  int t = __atomic_load_n(&threads_set, __ATOMIC_RELAXED);
+  if (t > 0) return t;
+  static int env = -1, cores, procs; /* read once: the steady state stays cheap */
+  if (__atomic_load_n(&env, __ATOMIC_ACQUIRE) < 0) {
+    cores = usable_cores();
+    procs = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (procs < 1) procs = env_int("MPI_LOCALNRANKS");
+    if (procs < 1) procs = 1;
+    int e = env_int("SYNCBN_NUM_THREADS");
+    __atomic_store_n(&env, e > 0 ? e : 0, __ATOMIC_RELEASE);
+  }
+  if (env > 0) return env;
+  int share = (ranks_in_process > 0 ? ranks_in_process : 1) * procs;
+  return cores / share > 1 ? cores / share : 1;
+}
+
+int sbn_num_threads(int ranks_in_process) { return sbn_cpu_threads(ranks_in_process); }

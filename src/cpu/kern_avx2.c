@@ -1,0 +1,21 @@
+/* The kernels for CPUs with AVX2, FMA and F16C: the same source as
+ * kern_generic.c compiled for that target (GCC target pragma), chosen at run
+ * time by bn_kernels.c, so the library still runs on older CPUs. FMA is
+ * enabled for the target but not used for arithmetic (-ffp-contract=off in
+ * mk/cpu.mk): the results equal the generic path's bit for bit. */
+#if defined(__x86_64__) || defined(__i386__)
+#pragma GCC target("avx2,fma,f16c")
+#define SBN_VEC_F16C 1
+#include <string.h>
+
+#include "cpu_kern.h"
+#include "vec.h"
+
+#define ISA avx2
+#define TABLE sbn_ktab_avx2
+#include "kern_instances.inc"
+#else
+/* Not x86: the generic kernels stand in (never selected: no AVX2). */
+#include "cpu_kern.h"
+const sbn_ktable sbn_ktab_avx2[3];
+#endif

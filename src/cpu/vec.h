@@ -1,0 +1,175 @@
+/* Internal: 4 x float64 vectors (GCC vector extensions) and the loads and
+ * stores of each storage type, for the kernel bodies (kern_body.inc).
+ * Included by kern_generic.c (baseline x86-64 / any target: GCC lowers the
+ * vectors to SSE2 or scalars) and by kern_avx2.c (compiled for AVX2: ymm
+ * registers, F16C conversions). Every lane does the same IEEE operations in
+ * both, without fused multiply-add (-ffp-contract=off), so both instruction
+ * sets give the same bits. */
+#ifndef SBN_CPU_VEC_H
+#define SBN_CPU_VEC_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "half.h"
+#ifdef SBN_VEC_F16C
+#include <immintrin.h>
+#endif
+
+typedef double vd4 __attribute__((vector_size(32)));
+typedef float vf4 __attribute__((vector_size(16)));
+typedef uint32_t vu4 __attribute__((vector_size(16)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+typedef uint16_t vh4 __attribute__((vector_size(8)));
+
+static inline vd4 vd4_set1(double a) { return (vd4){a, a, a, a}; }
+static inline vd4 vd4_ld(const double *p) {
+  vd4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void vd4_st(double *p, vd4 v) { memcpy(p, &v, sizeof v); }
+
+/* float32 */
+static inline vd4 ld4_f32(const float *p) {
+  vf4 f;
+  memcpy(&f, p, sizeof f);
+  return __builtin_convertvector(f, vd4);
+}
+static inline void st4_f32(float *p, vd4 v) {
+  vf4 f = __builtin_convertvector(v, vf4);
+  memcpy(p, &f, sizeof f);
+}
+static inline double ld1_f32(const float *p) { return (double)*p; }
+static inline void st1_f32(float *p, double v) { *p = (float)v; }
+
+/* bfloat16: widen by a shift; narrow double -> float -> bf16, both RNE. */
+static inline vd4 ld4_bf16(const uint16_t *p) {
+  vh4 h;
+  memcpy(&h, p, sizeof h);
+  vu4 u = __builtin_convertvector(h, vu4) << 16;
+  return __builtin_convertvector((vf4)u, vd4);
+}
+static inline void st4_bf16(uint16_t *p, vd4 v) {
+  vu4 u = (vu4)__builtin_convertvector(v, vf4);
+  vu4 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  vu4 nan = (vu4)((u & 0x7fffffffu) > 0x7f800000u); /* all-ones lanes */
+  r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+  vh4 h = __builtin_convertvector(r, vh4);
+  memcpy(p, &h, sizeof h);
+}
+static inline double ld1_bf16(const uint16_t *p) { return (double)sbn_bf16_to_f32(*p); }
+static inline void st1_bf16(uint16_t *p, double v) { *p = sbn_f32_to_bf16((float)v); }
+
+/* float16: F16C instructions in the AVX2 build, the scalar conversions
+ * (same rounding, checked bit for bit by tests/cpu) otherwise. */
+#ifdef SBN_VEC_F16C
+static inline vd4 ld4_f16(const uint16_t *p) {
+  __m128 f = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p));
+  return __builtin_convertvector((vf4)f, vd4);
+}
+static inline void st4_f16(uint16_t *p, vd4 v) {
+  vf4 f = __builtin_convertvector(v, vf4);
+  _mm_storel_epi64((__m128i *)p, _mm_cvtps_ph((__m128)f, _MM_FROUND_TO_NEAREST_INT));
+}
+#else
+static inline vd4 ld4_f16(const uint16_t *p) {
+  return (vd4){sbn_f16_to_f32(p[0]), sbn_f16_to_f32(p[1]), sbn_f16_to_f32(p[2]),
+               sbn_f16_to_f32(p[3])};
+}
+static inline void st4_f16(uint16_t *p, vd4 v) {
+  for (int j = 0; j < 4; j++) p[j] = sbn_f32_to_f16((float)v[j]);
+}
+#endif
+static inline double ld1_f16(const uint16_t *p) { return (double)sbn_f16_to_f32(*p); }
+static inline void st1_f16(uint16_t *p, double v) { *p = sbn_f32_to_f16((float)v); }
+
+/* ---- 8 x float32: the elementwise passes of the 16-bit types ----
+ * Their outputs keep 8 (bfloat16) or 11 (float16) bits, so float32
+ * arithmetic (error ~1e-7 relative, with the mean split in hi + lo so that
+ * x - mean stays exact for ill-conditioned channels) is far below their
+ * rounding, and twice as fast as float64 where these passes are
+ * compute-bound. Stores of 8 values may stream (non-temporal, bypassing the
+ * caches) when nt != 0 and p is aligned to 8 elements (AVX2 build only). */
+typedef float vf8 __attribute__((vector_size(32)));
+typedef uint32_t vu8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef uint16_t vh8 __attribute__((vector_size(16)));
+
+static inline vf8 vf8_set1(float a) { return (vf8){a, a, a, a, a, a, a, a}; }
+static inline vf8 vf8_ld(const float *p) {
+  vf8 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline vf8 vf8_join(vd4 lo, vd4 hi) { /* 8 doubles -> 8 floats, RNE */
+  vf4 a = __builtin_convertvector(lo, vf4), b = __builtin_convertvector(hi, vf4);
+  return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
+static inline vf8 ld8f_bf16(const uint16_t *p) {
+  vh8 h;
+  memcpy(&h, p, sizeof h);
+  return (vf8)(__builtin_convertvector(h, vu8) << 16);
+}
+static inline vh8 bf16_round8(vf8 f) {
+  vu8 u = (vu8)f;
+  vu8 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  vu8 nan = (vu8)(f != f);
+  r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+  return __builtin_convertvector(r, vh8);
+}
+
+#ifdef SBN_VEC_F16C
+static inline void st8_f32(float *p, vf8 f, int nt) {
+  if (nt) _mm256_stream_ps(p, (__m256)f);
+  else memcpy(p, &f, sizeof f);
+}
+static inline void st8_bf16(uint16_t *p, vf8 f, int nt) {
+  vh8 h = bf16_round8(f);
+  if (nt) _mm_stream_si128((__m128i *)p, (__m128i)h);
+  else memcpy(p, &h, sizeof h);
+}
+static inline vf8 ld8f_f16(const uint16_t *p) {
+  return (vf8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline void st8_f16(uint16_t *p, vf8 f, int nt) {
+  __m128i h = _mm256_cvtps_ph((__m256)f, _MM_FROUND_TO_NEAREST_INT);
+  if (nt) _mm_stream_si128((__m128i *)p, h);
+  else _mm_storeu_si128((__m128i *)p, h);
+}
+static inline void stream_fence(void) { _mm_sfence(); }
+#else
+static inline void st8_f32(float *p, vf8 f, int nt) {
+  (void)nt;
+  memcpy(p, &f, sizeof f);
+}
+static inline void st8_bf16(uint16_t *p, vf8 f, int nt) {
+  (void)nt;
+  vh8 h = bf16_round8(f);
+  memcpy(p, &h, sizeof h);
+}
+static inline vf8 ld8f_f16(const uint16_t *p) {
+  vf8 f;
+  for (int j = 0; j < 8; j++) f[j] = sbn_f16_to_f32(p[j]);
+  return f;
+}
+static inline void st8_f16(uint16_t *p, vf8 f, int nt) {
+  (void)nt;
+  for (int j = 0; j < 8; j++) p[j] = sbn_f32_to_f16(f[j]);
+}
+static inline void stream_fence(void) {}
+#endif
+static inline float ld1f_bf16(const uint16_t *p) { return sbn_bf16_to_f32(*p); }
+static inline float ld1f_f16(const uint16_t *p) { return sbn_f16_to_f32(*p); }
+static inline void st1f_bf16(uint16_t *p, float v) { *p = sbn_f32_to_bf16(v); }
+static inline void st1f_f16(uint16_t *p, float v) { *p = sbn_f32_to_f16(v); }
+
+/* Fixed pairwise sum of 16 lanes. */
+static inline double sum16(double *l) {
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; j++) l[j] += l[j + w];
+  return l[0];
+}
+
+#endif
