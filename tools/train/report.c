@@ -24,7 +24,7 @@ int report_plot(const char *png_path, const char *csv_path, const char *title) {
           "set output '%s'\n"
           "set datafile separator ','\n"
           "set multiplot layout 1,2 title '%s'\n"
-          "set xlabel 'epoch'; set grid; set key bottom right\n"
+          "set xlabel 'epoch'; set xtics 1; set grid; set key bottom right\n"
           "set title 'test accuracy (%%)'; set yrange [0:100]\n"
           "plot '%s' using (strcol(1) eq 'syncbn' ? $2 : NaN):($5*100) with linespoints lw 2 title 'SyncBN', "
           "'' using (strcol(1) eq 'localbn' ? $2 : NaN):($5*100) with linespoints lw 2 title 'local BN'\n"

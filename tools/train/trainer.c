@@ -167,6 +167,10 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   int64_t steps_here = 0;
   for (int epoch = (int)ck.epoch; epoch < cfg->epochs && st == SBN_STATUS_OK && !stop; epoch++) {
     shuffle(perm, train->count, cfg->seed, epoch);
+    /* cosine learning-rate decay per epoch: a function of the epoch alone,
+     * so a resumed run follows the same schedule */
+    if (st == SBN_STATUS_OK)
+      st = sbn_nn_sgd_set_lr(sgd, cfg->lr * 0.5 * (1.0 + cos(3.141592653589793 * epoch / cfg->epochs)));
     double t0 = now(), loss_sum = 0, correct_sum = 0, seen = 0;
     int64_t step = epoch == ck.epoch ? ck.step : 0;
     for (; step < steps_per_epoch && st == SBN_STATUS_OK && !stop; step++) {
