@@ -47,7 +47,7 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c tests/mpi/mpi_case.h $(MPI_TEST_SUPPORT) $(B
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Itests -Itests/mpi -o $@ $< $(MPI_TEST_SUPPORT) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 
-# The latency benchmark: make bench-mpi; see bench/results_mpi.md.
+# The latency benchmark: make bench-mpi; see BENCHMARKS.md.
 .PHONY: bench-mpi
 bench-mpi: $(BUILD)/bench/syncbn-bench-mpi
 $(BUILD)/bench/syncbn-bench-mpi: bench/bench_mpi.c $(BUILD)/libsyncbn.a

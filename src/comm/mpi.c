@@ -11,7 +11,7 @@
  * truncation and no erroneous MPI call: every rank sees every signature,
  * runs the same verdict (sbn_sig_verdict) and returns the same error. The
  * signature therefore costs no extra round trip: it rides in the message
- * that carries the data (bench/results_mpi.md measures the cost).
+ * that carries the data (BENCHMARKS.md measures the cost).
  * Groups of more than 16 ranks exchange only the signatures (MPI_Iallgather
  * of fixed-size headers) and move the payload in a second step.
  *
