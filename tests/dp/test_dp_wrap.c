@@ -1,0 +1,143 @@
+/* The wrapper's contract besides equivalence (4 thread ranks):
+ *  - wrap broadcasts parameters and buffers from rank 0 (ranks built with
+ *    different seeds end up bitwise equal), except params_to_ignore;
+ *  - ignored parameters are not reduced either (their gradients stay local),
+ *    the others are equal on every rank after backward;
+ *  - the train-step counter counts sbn_dp_step; buckets follow bucket_bytes;
+ *  - convert_sync_batchnorm after wrapping is refused;
+ *  - a SyncBatchNorm synchronizing over ranks outside the wrapper's group is
+ *    refused on every rank of the wrapper's group. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../tools/train/model.h"
+#include "syncbn_dp.h"
+
+enum { P = 4 };
+static int failures[P];
+#define EXPECT(cond, ...)                                   \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      printf("  rank %d FAIL: ", rank), printf(__VA_ARGS__); \
+      failures[rank]++;                                     \
+    }                                                       \
+  } while (0)
+
+static sbn_nn_entry *rank0_entries[2];
+static float *grads[P];
+static const char *ignored[1] = {"fc.bias"};
+
+static int rank_main(sbn_group *world, void *arg) {
+  (void)arg;
+  const int rank = sbn_group_rank(world);
+  sbn_module *model = NULL, *conv = NULL;
+  if (build_resnet(&model, 3, 4, 10, 100 + (uint64_t)rank) != SBN_STATUS_OK) return 1; /* differ per rank */
+  if (sbn_nn_convert_sync_batchnorm(&conv, model, world) != SBN_STATUS_OK) return 1;
+  sbn_nn_sgd_options so = {0.1, 0.0, 0.0, 0.0, 0};
+  sbn_nn_sgd *sgd;
+  if (sbn_nn_sgd_create(&sgd, model, &so) != SBN_STATUS_OK) return 1;
+  sbn_nn_entry *before = NULL;
+  int n = 0;
+  sbn_module_entries(&before, &n, model, SBN_NN_STATE);
+  float fc_bias_before[10];
+  for (int i = 0; i < n; i++)
+    if (!strcmp(before[i].name, "fc.bias")) memcpy(fc_bias_before, before[i].data, sizeof fc_bias_before);
+
+  sbn_dp_options o = sbn_dp_options_default();
+  o.bucket_bytes = 1024;
+  o.params_to_ignore = ignored;
+  o.num_params_to_ignore = 1;
+  sbn_dp *dp;
+  sbn_status st = sbn_dp_wrap(&dp, model, &sgd, 1, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, world, &o);
+  EXPECT(st == SBN_STATUS_OK, "wrap: %s\n", sbn_last_error());
+  if (st != SBN_STATUS_OK) return 1;
+  EXPECT(sbn_dp_num_buckets(dp) > 3, "expected several 1 KiB buckets, got %d\n", sbn_dp_num_buckets(dp));
+
+  /* broadcast: everything but fc.bias equals rank 0's */
+  sbn_nn_entry *e = NULL;
+  sbn_module_entries(&e, &n, model, SBN_NN_STATE);
+  if (rank == 0) rank0_entries[0] = e;
+  sbn_group_barrier(world);
+  for (int i = 0; i < n; i++) {
+    size_t bytes = (size_t)e[i].numel * (e[i].dtype == SBN_DTYPE_INT64 ? 8 : 4);
+    int same = memcmp(e[i].data, rank0_entries[0][i].data, bytes) == 0;
+    if (!strcmp(e[i].name, "fc.bias"))
+      EXPECT(memcmp(e[i].data, fc_bias_before, sizeof fc_bias_before) == 0 && (rank == 0 || !same),
+             "ignored fc.bias was broadcast\n");
+    else
+      EXPECT(same, "%s differs from rank 0's after wrap\n", e[i].name);
+  }
+  sbn_group_barrier(world);
+
+  /* one step: gradients equal on every rank except the ignored one */
+  static float img[P][2 * 3 * 8 * 8], dl[P][2 * 10];
+  for (int i = 0; i < 2 * 3 * 8 * 8; i++) img[rank][i] = (float)((i * 37 + rank * 101) % 17) / 8.0f - 1.0f;
+  int64_t shape[4] = {2, 3, 8, 8}, labels[2] = {rank, 9 - rank};
+  sbn_tensor x = sbn_tensor_cpu(img[rank], 4, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y;
+  double loss;
+  st = sbn_dp_zero_grad(dp);
+  if (st == SBN_STATUS_OK) st = sbn_dp_forward(dp, &y, &x);
+  if (st == SBN_STATUS_OK) st = sbn_nn_cross_entropy_forward(&loss, &y, labels, 2 * P);
+  sbn_tensor dy = y;
+  dy.data = dl[rank];
+  if (st == SBN_STATUS_OK) st = sbn_nn_cross_entropy_backward(&dy, &y, labels, 2 * P);
+  if (st == SBN_STATUS_OK) st = sbn_dp_backward(dp, NULL, &dy);
+  EXPECT(st == SBN_STATUS_OK, "step: %s\n", sbn_last_error());
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) total += e[i].grad ? e[i].numel : 0;
+  grads[rank] = malloc(sizeof(float) * (size_t)total);
+  int64_t off = 0, bias_off = -1;
+  for (int i = 0; i < n; i++)
+    if (e[i].grad) {
+      if (!strcmp(e[i].name, "fc.bias")) bias_off = off;
+      memcpy(grads[rank] + off, e[i].grad, 4 * (size_t)e[i].numel), off += e[i].numel;
+    }
+  sbn_group_barrier(world);
+  for (int64_t i = 0; i < total; i++) {
+    int same = grads[rank][i] == grads[0][i], in_bias = i >= bias_off && i < bias_off + 10;
+    if (!in_bias && !same) {
+      EXPECT(0, "gradient %lld differs from rank 0's after backward\n", (long long)i);
+      break;
+    }
+  }
+  if (rank != 0) EXPECT(memcmp(grads[rank] + bias_off, grads[0] + bias_off, 40) != 0, "ignored fc.bias grad was reduced\n");
+  EXPECT(sbn_dp_step(dp) == SBN_STATUS_OK && sbn_dp_train_step_counter(dp) == 1, "train step counter\n");
+
+  /* converting after wrapping is refused */
+  sbn_module *again = NULL;
+  st = sbn_nn_convert_sync_batchnorm(&again, model, world);
+  EXPECT(st == SBN_STATUS_BAD_STATE, "convert after wrap gave %s\n", sbn_status_name(st));
+  if (rank == 0) printf("  convert after wrap: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  sbn_dp_destroy(dp);
+  sbn_group_barrier(world);
+  if (rank == 0) rank0_entries[0] = NULL;
+  free(e), free(before);
+
+  /* SyncBN over the world, wrapper over a half: refused on every rank of the half */
+  sbn_group *half = NULL;
+  int lo[2] = {0, 1}, hi[2] = {2, 3};
+  sbn_status s1 = sbn_group_new(&half, world, 2, lo);
+  sbn_group *other = NULL;
+  sbn_status s2 = sbn_group_new(&other, world, 2, hi);
+  sbn_group *mine = rank < 2 ? half : other;
+  EXPECT(mine && (rank < 2 ? s1 : s2) == SBN_STATUS_OK, "new_group\n");
+  sbn_dp *bad = NULL;
+  st = sbn_dp_wrap(&bad, model, &sgd, 1, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, mine, &o);
+  EXPECT(st == SBN_STATUS_INVALID_ARGUMENT && !bad && strstr(sbn_last_error(), "not within"),
+         "SyncBN over the world under a half-group wrapper gave %s\n", sbn_status_name(st));
+  if (rank == 0) printf("  SyncBN outside the wrapper's group: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  EXPECT(sbn_module_is_wrapped(model) == 0, "a refused wrap left the model marked wrapped\n");
+  sbn_group_destroy(half), sbn_group_destroy(other);
+  sbn_nn_sgd_destroy(sgd);
+  sbn_module_destroy(model);
+  return 0;
+}
+
+int main(void) {
+  sbn_status st = sbn_team_run(P, rank_main, NULL);
+  int bad = st != SBN_STATUS_OK;
+  for (int r = 0; r < P; r++) bad |= failures[r] != 0, free(grads[r]);
+  printf(bad ? "FAILED (%s)\n" : "wrapper contract checks passed\n", sbn_status_name(st));
+  return bad;
+}
