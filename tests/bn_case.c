@@ -158,27 +158,6 @@ static int rank_main(sbn_group *world, void *arg) {
   return 0;
 }
 
-static double rel_err_f(const float *a, const double *b, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double e = fabs((double)a[i] - b[i]) / (1.0 + fabs(b[i]));
-    if (!(e <= m)) m = e;
-  }
-  return m;
-}
-
-/* |y - ref| / max(1, |ref|): absolute for unit-scale outputs; eval outputs
- * far from the running mean (|y| ~ 1e4 on the ill-conditioned cases) are
- * held to the same float32-relative standard. */
-static double y_err(const float *y, const double *ref, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double e = fabs((double)y[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
-    if (!(e <= m)) m = e;
-  }
-  return m;
-}
-
 #define WORST(field, v) \
   do {                  \
     double v_ = (v);    \

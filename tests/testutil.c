@@ -171,6 +171,24 @@ double max_abs(const double *b, int64_t n) {
   return m;
 }
 
+double rel_err_f(const float *a, const double *b, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - b[i]) / (1.0 + fabs(b[i]));
+    if (!(e <= m)) m = e; /* NaN propagates as failure */
+  }
+  return m;
+}
+
+double y_err(const float *y, const double *ref, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)y[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
+    if (!(e <= m)) m = e;
+  }
+  return m;
+}
+
 int check(const char *name, double err, double tol) {
   int bad = !(err <= tol);
   printf("  %-44s max err %.3e (tol %.1e) %s\n", name, err, tol, bad ? "FAIL" : "ok");

@@ -61,6 +61,12 @@ void ref_step(ref_bn *r, int training, rank_data *ranks, int P, ref_out *out);
 /* max |a - b| over n values; a float32, b double. */
 double max_abs_diff(const float *a, const double *b, int64_t n);
 double max_abs(const double *b, int64_t n);
+/* max |a - b| / (1 + |b|): relative for large values, absolute near 0. */
+double rel_err_f(const float *a, const double *b, int64_t n);
+/* max |y - ref| / max(1, |ref|): absolute for unit-scale outputs; eval
+ * outputs far from the running mean (|y| ~ 1e4 on the ill-conditioned
+ * cases) are held to the same float32-relative standard. */
+double y_err(const float *y, const double *ref, int64_t n);
 /* Print "name: max err E (tol T) ok|FAIL" and return 1 on failure. */
 int check(const char *name, double err, double tol);
 

@@ -22,24 +22,6 @@
 
 #define TOL_REL 1e-6 /* as bn_case.c: float32 rounding of float64 sums */
 
-static double rel_err_f(const float *a, const double *b, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double e = fabs((double)a[i] - b[i]) / (1.0 + fabs(b[i]));
-    if (!(e <= m)) m = e;
-  }
-  return m;
-}
-
-static double y_err(const float *y, const double *ref, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double e = fabs((double)y[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
-    if (!(e <= m)) m = e;
-  }
-  return m;
-}
-
 static void worst(double *w, double v) {
   if (!(v <= *w)) *w = v;
 }
