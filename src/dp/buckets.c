@@ -9,7 +9,7 @@
 
 #include "../core/error.h"
 
-sbn_status dp_plan_buckets(dp_bucket **out, int *nbuckets, const sbn_nn_entry *params,
+sbn_status sbn_buckets_plan(dp_bucket **out, int *nbuckets, const sbn_nn_entry *params,
                            const int *child_index, int n, size_t bucket_bytes) {
   dp_bucket *b = calloc((size_t)(n ? n : 1), sizeof *b);
   if (!b) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "data-parallel wrap: out of memory for buckets");
@@ -29,7 +29,7 @@ sbn_status dp_plan_buckets(dp_bucket **out, int *nbuckets, const sbn_nn_entry *p
   for (int k = 0; k < nb; k++) {
     b[k].buf = malloc(sizeof(float) * (size_t)(b[k].numel ? b[k].numel : 1));
     if (!b[k].buf) {
-      dp_free_buckets(b, nb);
+      sbn_buckets_free(b, nb);
       return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "data-parallel wrap: out of memory for buckets");
     }
   }
@@ -38,7 +38,7 @@ sbn_status dp_plan_buckets(dp_bucket **out, int *nbuckets, const sbn_nn_entry *p
   return SBN_STATUS_OK;
 }
 
-void dp_pack(dp_bucket *b, const sbn_nn_entry *params) {
+void sbn_buckets_pack(dp_bucket *b, const sbn_nn_entry *params) {
   float *p = b->buf;
   for (int i = b->first; i < b->first + b->count; i++) {
     memcpy(p, params[i].grad, sizeof(float) * (size_t)params[i].numel);
@@ -46,7 +46,7 @@ void dp_pack(dp_bucket *b, const sbn_nn_entry *params) {
   }
 }
 
-void dp_unpack(const dp_bucket *b, const sbn_nn_entry *params, float divisor) {
+void sbn_buckets_unpack(const dp_bucket *b, const sbn_nn_entry *params, float divisor) {
   const float *p = b->buf;
   for (int i = b->first; i < b->first + b->count; i++) {
     for (int64_t j = 0; j < params[i].numel; j++) params[i].grad[j] = p[j] / divisor;
@@ -54,7 +54,7 @@ void dp_unpack(const dp_bucket *b, const sbn_nn_entry *params, float divisor) {
   }
 }
 
-void dp_free_buckets(dp_bucket *b, int n) {
+void sbn_buckets_free(dp_bucket *b, int n) {
   for (int k = 0; b && k < n; k++) free(b[k].buf);
   free(b);
 }

@@ -14,11 +14,11 @@ typedef struct dp_bucket {
 
 /* Plan buckets over params[0..n) (already in backward order) of at most
  * bucket_bytes each (a larger parameter gets its own). *out malloc'ed. */
-sbn_status dp_plan_buckets(dp_bucket **out, int *nbuckets, const sbn_nn_entry *params,
+sbn_status sbn_buckets_plan(dp_bucket **out, int *nbuckets, const sbn_nn_entry *params,
                            const int *child_index, int n, size_t bucket_bytes);
-void dp_pack(dp_bucket *b, const sbn_nn_entry *params);
+void sbn_buckets_pack(dp_bucket *b, const sbn_nn_entry *params);
 /* grad = reduced / divisor (1 for a sum, P for an average). */
-void dp_unpack(const dp_bucket *b, const sbn_nn_entry *params, float divisor);
-void dp_free_buckets(dp_bucket *b, int n);
+void sbn_buckets_unpack(const dp_bucket *b, const sbn_nn_entry *params, float divisor);
+void sbn_buckets_free(dp_bucket *b, int n);
 
 #endif

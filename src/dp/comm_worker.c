@@ -45,7 +45,7 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-sbn_status dp_worker_start(dp_worker **out, sbn_group *group) {
+sbn_status sbn_worker_start(dp_worker **out, sbn_group *group) {
   dp_worker *w = calloc(1, sizeof *w);
   if (!w) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "data-parallel: out of memory");
   pthread_mutex_init(&w->mu, NULL);
@@ -59,7 +59,7 @@ sbn_status dp_worker_start(dp_worker **out, sbn_group *group) {
   return SBN_STATUS_OK;
 }
 
-sbn_status dp_worker_submit(dp_worker *w, dp_bucket *b) {
+sbn_status sbn_worker_submit(dp_worker *w, dp_bucket *b) {
   pthread_mutex_lock(&w->mu);
   if (w->submitted - w->done >= QUEUE_MAX) {
     pthread_mutex_unlock(&w->mu);
@@ -71,7 +71,7 @@ sbn_status dp_worker_submit(dp_worker *w, dp_bucket *b) {
   return SBN_STATUS_OK;
 }
 
-sbn_status dp_worker_wait(dp_worker *w) {
+sbn_status sbn_worker_wait(dp_worker *w) {
   pthread_mutex_lock(&w->mu);
   while (w->done < w->submitted) pthread_cond_wait(&w->cv, &w->mu);
   sbn_status st = w->first_error;
@@ -81,7 +81,7 @@ sbn_status dp_worker_wait(dp_worker *w) {
   return st;
 }
 
-void dp_worker_stop(dp_worker *w) {
+void sbn_worker_stop(dp_worker *w) {
   if (!w) return;
   pthread_mutex_lock(&w->mu);
   w->stop = 1;

@@ -89,9 +89,9 @@ static sbn_status agree(sbn_group *g, sbn_status local, const char *what) {
 
 static void dp_free(sbn_dp *dp) {
   if (!dp) return;
-  dp_worker_stop(dp->worker);
+  sbn_worker_stop(dp->worker);
   sbn_group_destroy(dp->comm_group);
-  dp_free_buckets(dp->buckets, dp->nbuckets);
+  sbn_buckets_free(dp->buckets, dp->nbuckets);
   free(dp->params), free(dp->child_index), free(dp->optimizers);
   free(dp);
 }
@@ -163,7 +163,7 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
     dp->params[dp->nparams++] = *e;
   }
   if (st == SBN_STATUS_OK)
-    st = dp_plan_buckets(&dp->buckets, &dp->nbuckets, dp->params, dp->child_index, dp->nparams,
+    st = sbn_buckets_plan(&dp->buckets, &dp->nbuckets, dp->params, dp->child_index, dp->nparams,
                          dp->opt.bucket_bytes);
   /* The communication thread gets its own group so its collectives never
    * interleave with the SyncBN collectives of the compute thread. Only the
@@ -171,7 +171,7 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
   int use_worker = dp && dp->opt.overlap && sbn_group_size(group) > 1 &&
                    !strcmp(sbn_group_backend(group), "threads");
   if (st == SBN_STATUS_OK && use_worker) st = sbn_group_split(&dp->comm_group, group, 0, sbn_group_rank(group));
-  if (st == SBN_STATUS_OK && use_worker) st = dp_worker_start(&dp->worker, dp->comm_group);
+  if (st == SBN_STATUS_OK && use_worker) st = sbn_worker_start(&dp->worker, dp->comm_group);
   if (st == SBN_STATUS_OK) st = sbn_module_set_wrapped(model, 1);
   free(entries);
   if (st != SBN_STATUS_OK) {
@@ -191,8 +191,8 @@ sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x) {
 /* All-reduce bucket b now (inline) or hand it to the worker. */
 static sbn_status launch(sbn_dp *dp, dp_bucket *b) {
   b->launched = 1;
-  dp_pack(b, dp->params);
-  if (dp->worker) return dp_worker_submit(dp->worker, b);
+  sbn_buckets_pack(b, dp->params);
+  if (dp->worker) return sbn_worker_submit(dp->worker, b);
   return sbn_group_allreduce(dp->group, b->buf, (size_t)b->numel, SBN_DTYPE_FLOAT32, SBN_REDUCE_OP_SUM);
 }
 
@@ -233,14 +233,14 @@ sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
   if (dp->worker) {
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", sbn_last_error());
-    sbn_status wst = dp_worker_wait(dp->worker);
+    sbn_status wst = sbn_worker_wait(dp->worker);
     if (st != SBN_STATUS_OK) return sbn_fail(st, "%s", keep);
     st = wst;
   }
   if (st != SBN_STATUS_OK) return st;
   if (P > 1) {
     const float divisor = dp->opt.reduce == SBN_DP_REDUCE_AVERAGE ? (float)P : 1.0f;
-    for (int k = 0; k < dp->nbuckets; k++) dp_unpack(&dp->buckets[k], dp->params, divisor);
+    for (int k = 0; k < dp->nbuckets; k++) sbn_buckets_unpack(&dp->buckets[k], dp->params, divisor);
   }
   if (dx) *dx = grad_in;
   return SBN_STATUS_OK;
