@@ -8,13 +8,20 @@
 #   make install    PREFIX=/usr/local: headers, libraries, pkg-config
 
 .DEFAULT_GOAL := all
-CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   := build
-CFLAGS  ?= -O3 -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Wshadow -fPIC -pthread -Iinclude
-LDLIBS  += -lm -pthread
 PYTHON  := /usr/bin/python3
+
+# CC, CPPFLAGS, CFLAGS, LDFLAGS and LDLIBS belong to whoever runs make
+# (`make CC=clang CFLAGS=-O2` works). What the project needs lives in its own
+# variables, which fragments extend (target-specific `SBN_CFLAGS += ...`):
+# language level, warnings, PIC, threads, include path, and hidden
+# visibility (only SBN_API declarations of include/*.h are exported).
+CFLAGS     ?= -O3 -g
+SBN_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -fPIC -pthread -Iinclude -fvisibility=hidden
+LIB_LDLIBS := -lm -pthread
+SBN_CC = $(CC) $(SBN_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+SBN_LD = $(SBN_CC) $(LDFLAGS)
 
 # Debian packages each target needs (installed by scripts/deps.sh when missing).
 DEPS_BUILD := gcc make libc6-dev
@@ -33,6 +40,12 @@ EXTRA_TEST_CMDS := cmd:$(BUILD)/examples/two_ranks cmd:$(BUILD)/tools/syncbn-dem
 # LIB_LDLIBS, TESTS, TOOLS, EXTRA_TEST_CMDS, DEPS_TEST, ...), one fragment each.
 -include $(sort $(wildcard mk/*.mk))
 
+# Objects depend on the compiler and flags they were built with, so that
+# `make CC=clang` or `make CFLAGS=-O2` after another build rebuilds them.
+FLAGS_STAMP := $(BUILD)/flags.config
+FLAGS_STATE := $(CC) $(SBN_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS)
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_STATE)' ] || echo '$(FLAGS_STATE)' > $(FLAGS_STAMP))
+
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TESTS:%=$(BUILD)/tests/%) $(BUILD)/tests/torch_peer
 TOOL_BINS := $(TOOLS:%=$(BUILD)/tools/%) $(EXAMPLES:%=$(BUILD)/examples/%)
@@ -41,28 +54,28 @@ TOOL_BINS := $(TOOLS:%=$(BUILD)/tools/%) $(EXAMPLES:%=$(BUILD)/examples/%)
 all: lib $(TEST_BINS) $(TOOL_BINS)
 lib: $(BUILD)/libsyncbn.a $(BUILD)/libsyncbn.so
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(SBN_CC) -MMD -MP -c $< -o $@
 
 $(BUILD)/libsyncbn.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/libsyncbn.so: $(LIB_OBJS)
-	$(CC) -shared -Wl,-soname,libsyncbn.so.0 -o $@ $^ $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -shared -Wl,-soname,libsyncbn.so.0 -o $@ $^ $(LDLIBS) $(LIB_LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT:%.c=$(BUILD)/%.o) $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_SUPPORT:%.c=$(BUILD)/%.o) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -Itests -o $@ $< $(TEST_SUPPORT:%.c=$(BUILD)/%.o) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 
 $(BUILD)/tools/%: tools/%.c $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 
 deps-build:
 	@scripts/deps.sh $(DEPS_BUILD)

@@ -26,6 +26,16 @@
 extern "C" {
 #endif
 
+/* SBN_API marks what the shared library exports. It is compiled with hidden
+ * visibility, so a function is visible to programs only when a public header
+ * declares it with SBN_API; everything else stays internal (a program's own
+ * function of the same name can neither replace nor clash with it). */
+#if defined(__GNUC__) || defined(__clang__)
+#define SBN_API __attribute__((visibility("default")))
+#else
+#define SBN_API
+#endif
+
 #define SYNCBN_VERSION_MAJOR 0
 #define SYNCBN_VERSION_MINOR 1
 #define SYNCBN_VERSION_PATCH 0
@@ -62,16 +72,16 @@ typedef enum sbn_status {
 } sbn_status;
 
 /* Static message for a status ("unknown status" for out-of-range values). */
-const char *sbn_status_string(sbn_status status);
+SBN_API const char *sbn_status_string(sbn_status status);
 /* Static name of a status, e.g. "SBN_STATUS_TIMEOUT". */
-const char *sbn_status_name(sbn_status status);
+SBN_API const char *sbn_status_name(sbn_status status);
 /* Detail of the most recent failure on the calling thread ("" if none).
  * Calls clear it when they start, except the destroy/free functions, which
  * never touch it, so cleanup can follow a failure without losing its
  * message. Valid until the next syncbn call on this thread. */
-const char *sbn_last_error(void);
+SBN_API const char *sbn_last_error(void);
 /* Runtime version, same encoding as SYNCBN_VERSION. */
-int sbn_version(void);
+SBN_API int sbn_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Tensors: a descriptor of caller-owned memory                             */
@@ -119,10 +129,10 @@ typedef struct sbn_tensor {
 
 /* Convenience: a CPU tensor descriptor. Does not validate (the consumer does).
  * shape must hold ndim values; ndim is clamped to [0, SBN_MAX_DIMS]. */
-sbn_tensor sbn_tensor_cpu(void *data, int ndim, const int64_t *shape, sbn_dtype dtype,
-                          sbn_layout layout);
+SBN_API sbn_tensor sbn_tensor_cpu(void *data, int ndim, const int64_t *shape, sbn_dtype dtype,
+                                  sbn_layout layout);
 /* Number of elements (product of the shape), 0 for ndim <= 0. */
-int64_t sbn_tensor_numel(const sbn_tensor *t);
+SBN_API int64_t sbn_tensor_numel(const sbn_tensor *t);
 
 /* ------------------------------------------------------------------------ */
 /* Process groups                                                           */
@@ -138,39 +148,39 @@ typedef struct sbn_team sbn_team;
 
 /* Create a team of `size` >= 1 ranks. Nothing runs yet: each of `size`
  * threads calls sbn_team_join with a distinct rank. */
-sbn_status sbn_team_create(sbn_team **team, int size);
+SBN_API sbn_status sbn_team_create(sbn_team **team, int size);
 /* Join as `rank` (0 <= rank < size, each rank exactly once) and receive the
  * team's world group. The handle belongs to the calling thread; release it
  * with sbn_group_destroy. Returns at once (no rendezvous). */
-sbn_status sbn_team_join(sbn_group **world, sbn_team *team, int rank);
+SBN_API sbn_status sbn_team_join(sbn_group **world, sbn_team *team, int rank);
 /* Free the team. Groups already joined stay valid until destroyed. */
-sbn_status sbn_team_destroy(sbn_team *team);
+SBN_API sbn_status sbn_team_destroy(sbn_team *team);
 
 /* Run fn on `size` threads, one per rank, each given its world group (which
  * is destroyed after fn returns). Returns SBN_STATUS_OK when every fn returned
  * 0, else the status of the lowest failing rank (SBN_STATUS_INTERNAL if fn
  * returned a non-status value). */
 typedef int (*sbn_rank_fn)(sbn_group *world, void *arg);
-sbn_status sbn_team_run(int size, sbn_rank_fn fn, void *arg);
+SBN_API sbn_status sbn_team_run(int size, sbn_rank_fn fn, void *arg);
 
 /* --- queries --- */
-int sbn_group_rank(const sbn_group *group); /* -1 for NULL */
-int sbn_group_size(const sbn_group *group); /* 0 for NULL */
+SBN_API int sbn_group_rank(const sbn_group *group); /* -1 for NULL */
+SBN_API int sbn_group_size(const sbn_group *group); /* 0 for NULL */
 /* Backend name ("threads", "mpi", "nccl") and a descriptive group name used in
  * error messages ("world", "world/split(color=1)", "world/ranks{0,1}"). */
-const char *sbn_group_backend(const sbn_group *group);
-const char *sbn_group_name(const sbn_group *group);
+SBN_API const char *sbn_group_backend(const sbn_group *group);
+SBN_API const char *sbn_group_name(const sbn_group *group);
 
 /* 1 when every member of `inner` is a member of `outer` and both descend
  * from the same root group (a team's world or one MPI constructor call) on
  * this process; 0 otherwise. Local. Used to check that a model's
  * SyncBatchNorm groups lie within a data-parallel wrapper's group. */
-int sbn_group_contains(const sbn_group *outer, const sbn_group *inner);
+SBN_API int sbn_group_contains(const sbn_group *outer, const sbn_group *inner);
 
 /* Seconds a collective on this group waits for missing ranks before failing
  * with SBN_STATUS_TIMEOUT (naming the missing ranks) and marking the group
  * broken. Default: SYNCBN_TIMEOUT or 300. Local; set it on every rank. */
-sbn_status sbn_group_set_timeout(sbn_group *group, double seconds);
+SBN_API sbn_status sbn_group_set_timeout(sbn_group *group, double seconds);
 
 /* --- sub-groups (collective over the parent: every rank of the parent must
  *     call, in the same order relative to other collectives) --- */
@@ -180,14 +190,14 @@ sbn_status sbn_group_set_timeout(sbn_group *group, double seconds);
 /* MPI-style split: ranks with the same color >= 0 form a group ordered by
  * (key, parent rank). color SBN_UNDEFINED: *out = NULL and
  * SBN_STATUS_NOT_MEMBER. */
-sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color, int key);
+SBN_API sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color, int key);
 /* PyTorch-style new_group: `ranks` (parent ranks, distinct, n >= 1) form a
  * group ordered as listed. Every parent rank passes the same list; ranks not
  * listed get *out = NULL and SBN_STATUS_NOT_MEMBER. Lists that differ between
  * ranks give SBN_STATUS_MISMATCH on every rank. */
-sbn_status sbn_group_new(sbn_group **out, sbn_group *parent, int n, const int *ranks);
+SBN_API sbn_status sbn_group_new(sbn_group **out, sbn_group *parent, int n, const int *ranks);
 /* Release this rank's handle (local, not collective). NULL is a no-op. */
-sbn_status sbn_group_destroy(sbn_group *group);
+SBN_API sbn_status sbn_group_destroy(sbn_group *group);
 
 /* --- collectives (every rank of the group, same order, same arguments) --- */
 
@@ -196,11 +206,11 @@ typedef enum sbn_reduce_op { SBN_REDUCE_OP_SUM = 0 } sbn_reduce_op;
 /* In-place all-reduce of `count` values of dtype FLOAT32 or FLOAT64 in host
  * memory. Results are bitwise identical on every rank and from run to run:
  * values are summed in rank order (float32 accumulates in float64). */
-sbn_status sbn_group_allreduce(sbn_group *group, void *buf, size_t count, sbn_dtype dtype,
-                               sbn_reduce_op op);
+SBN_API sbn_status sbn_group_allreduce(sbn_group *group, void *buf, size_t count, sbn_dtype dtype,
+                                       sbn_reduce_op op);
 /* Copy `bytes` bytes from `root`'s buf into every other rank's buf. */
-sbn_status sbn_group_broadcast(sbn_group *group, void *buf, size_t bytes, int root);
-sbn_status sbn_group_barrier(sbn_group *group);
+SBN_API sbn_status sbn_group_broadcast(sbn_group *group, void *buf, size_t bytes, int root);
+SBN_API sbn_status sbn_group_barrier(sbn_group *group);
 
 /* ------------------------------------------------------------------------ */
 /* The layer: SyncBatchNorm                                                 */
@@ -222,7 +232,7 @@ typedef struct sbn_bn_options {
 } sbn_bn_options;
 
 /* PyTorch's defaults for C channels. */
-sbn_bn_options sbn_bn_options_default(int64_t num_features);
+SBN_API sbn_bn_options sbn_bn_options_default(int64_t num_features);
 
 /* Create a layer. group: the ranks whose statistics are synchronized; NULL
  * or a group of size 1 gives plain BatchNorm with identical results. The
@@ -231,14 +241,14 @@ sbn_bn_options sbn_bn_options_default(int64_t num_features);
  * rank (as replicas of one model do); collectives carry the ordinal so that
  * ranks calling different layers get SBN_STATUS_MISMATCH instead of mixed
  * statistics. New layers are in training mode. */
-sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *options, sbn_group *group);
-sbn_status sbn_bn_destroy(sbn_bn *bn); /* NULL is a no-op */
+SBN_API sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *options, sbn_group *group);
+SBN_API sbn_status sbn_bn_destroy(sbn_bn *bn); /* NULL is a no-op */
 
-sbn_status sbn_bn_set_training(sbn_bn *bn, int training);
-int sbn_bn_is_training(const sbn_bn *bn); /* -1 for NULL */
+SBN_API sbn_status sbn_bn_set_training(sbn_bn *bn, int training);
+SBN_API int sbn_bn_is_training(const sbn_bn *bn); /* -1 for NULL */
 /* The group given at creation if it synchronizes (size > 1), else NULL. */
-sbn_group *sbn_bn_get_group(const sbn_bn *bn);
-sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
+SBN_API sbn_group *sbn_bn_get_group(const sbn_bn *bn);
+SBN_API sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
 
 /* Forward. x: (N, C, *) with 2..5 dims, C == num_features, N >= 0 (N = 0 is
  * an empty rank: it still takes part in the collective), float32 (or
@@ -256,7 +266,7 @@ sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
  *
  * On any failure nothing changes: running statistics, num_batches_tracked
  * and the saved statistics are as before the call; y is unspecified. */
-sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x);
+SBN_API sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x);
 
 /* Backward of the most recent forward of this layer. x: the same input as
  * that forward (same shape and values; the layer does not keep a copy);
@@ -268,11 +278,11 @@ sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x);
  * (this rank's contribution) and ACCUMULATED (+=) as in PyTorch; a
  * data-parallel wrapper averages them over ranks. On failure nothing is
  * accumulated. */
-sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy,
-                           const sbn_tensor *x);
+SBN_API sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy,
+                                   const sbn_tensor *x);
 
 /* Set grad_weight and grad_bias to zero. */
-sbn_status sbn_bn_zero_grad(sbn_bn *bn);
+SBN_API sbn_status sbn_bn_zero_grad(sbn_bn *bn);
 
 /* Per-channel state of a layer, as PyTorch names it. */
 typedef enum sbn_bn_tensor_id {
@@ -289,12 +299,12 @@ typedef enum sbn_bn_tensor_id {
  * may be read and written between calls (e.g. to load weights).
  * SBN_STATUS_INVALID_ARGUMENT if the layer has no such tensor (affine = 0 or
  * track_running_stats = 0). */
-sbn_status sbn_bn_tensor(sbn_tensor *view, sbn_bn *bn, sbn_bn_tensor_id id);
+SBN_API sbn_status sbn_bn_tensor(sbn_tensor *view, sbn_bn *bn, sbn_bn_tensor_id id);
 
 /* num_batches_tracked (int64). Set fails without track_running_stats or for
  * a negative value. */
-sbn_status sbn_bn_get_num_batches_tracked(const sbn_bn *bn, int64_t *out);
-sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
+SBN_API sbn_status sbn_bn_get_num_batches_tracked(const sbn_bn *bn, int64_t *out);
+SBN_API sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
 
 
 /* ------------------------------------------------------------------------ */
@@ -324,9 +334,9 @@ sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
 
 /* T >= 1: threads per rank from now on; 0: back to the default; < 0:
  * SBN_STATUS_INVALID_ARGUMENT. */
-sbn_status sbn_set_num_threads(int threads);
+SBN_API sbn_status sbn_set_num_threads(int threads);
 /* The T a rank uses when `ranks_in_process` ranks share this process. */
-int sbn_num_threads(int ranks_in_process);
+SBN_API int sbn_num_threads(int ranks_in_process);
 
 #ifdef __cplusplus
 }

@@ -26,12 +26,12 @@ typedef struct sbn_dataset {
  * (32x32 R, G, B planes). Loads and concatenates `nfiles` files. A file whose
  * size is not a whole number of records, or a label >= 10, is an error that
  * names the file. On error *out is left empty. */
-sbn_status sbn_dataset_load_cifar10(sbn_dataset *out, const char *const *files, int nfiles);
+SBN_API sbn_status sbn_dataset_load_cifar10(sbn_dataset *out, const char *const *files, int nfiles);
 
 /* MNIST IDX: an image file (magic 0x00000803, count, rows, cols, bytes) and a
  * label file (magic 0x00000801, count, bytes). Magic, sizes, counts and labels
  * (< 10) are checked; errors name the file and what was wrong. */
-sbn_status sbn_dataset_load_mnist(sbn_dataset *out, const char *images_path, const char *labels_path);
+SBN_API sbn_status sbn_dataset_load_mnist(sbn_dataset *out, const char *images_path, const char *labels_path);
 
 /* The built-in synthetic dataset (offline default): `count` 3x16x16 images
  * of 10 classes. The class is the contrast of a random texture (amplitude
@@ -40,14 +40,14 @@ sbn_status sbn_dataset_load_mnist(sbn_dataset *out, const char *images_path, con
  * normalizing with the statistics of a tiny per-rank batch (local BatchNorm)
  * erases most of the signal, while statistics over the whole synchronized
  * batch keep it. Deterministic in `seed`. */
-sbn_status sbn_dataset_synthetic(sbn_dataset *out, int64_t count, uint64_t seed);
-double sbn_synthetic_contrast(int k);
+SBN_API sbn_status sbn_dataset_synthetic(sbn_dataset *out, int64_t count, uint64_t seed);
+SBN_API double sbn_synthetic_contrast(int k);
 
 /* Copy images/labels idx[0..n) into batch buffers (channels-first). */
-sbn_status sbn_dataset_gather(float *images, int32_t *labels, const sbn_dataset *d,
-                              const int64_t *idx, int64_t n);
+SBN_API sbn_status sbn_dataset_gather(float *images, int32_t *labels, const sbn_dataset *d,
+                                      const int64_t *idx, int64_t n);
 
-void sbn_dataset_free(sbn_dataset *d);
+SBN_API void sbn_dataset_free(sbn_dataset *d);
 
 #ifdef __cplusplus
 }

@@ -52,32 +52,32 @@ typedef struct sbn_dp_options {
   int num_params_to_ignore;
 } sbn_dp_options;
 
-sbn_dp_options sbn_dp_options_default(void);
+SBN_API sbn_dp_options sbn_dp_options_default(void);
 
 /* Wrap `model` (a root) for data-parallel training over `group` with the
  * given optimizers (kept, not owned; they step in sbn_dp_step). Collective:
  * every rank of the group calls it with the same architecture. */
-sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optimizers,
-                       int num_optimizers, sbn_dp_algorithm algorithm, sbn_group *group,
-                       const sbn_dp_options *options);
+SBN_API sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optimizers,
+                               int num_optimizers, sbn_dp_algorithm algorithm, sbn_group *group,
+                               const sbn_dp_options *options);
 
 /* The model's forward (y is a view, as sbn_module_forward). */
-sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x);
+SBN_API sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x);
 /* The model's backward and the gradient all-reduce (collective). dx may be
  * NULL. On return every rank holds the same reduced gradients. */
-sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy);
+SBN_API sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy);
 /* Step every optimizer; counts a training step. */
-sbn_status sbn_dp_step(sbn_dp *dp);
-sbn_status sbn_dp_zero_grad(sbn_dp *dp);
+SBN_API sbn_status sbn_dp_step(sbn_dp *dp);
+SBN_API sbn_status sbn_dp_zero_grad(sbn_dp *dp);
 
-int64_t sbn_dp_train_step_counter(const sbn_dp *dp); /* Bagua's bagua_train_step_counter */
-sbn_status sbn_dp_set_train_step_counter(sbn_dp *dp, int64_t steps); /* e.g. on resume */
-int sbn_dp_num_buckets(const sbn_dp *dp);
-sbn_group *sbn_dp_group(const sbn_dp *dp);
+SBN_API int64_t sbn_dp_train_step_counter(const sbn_dp *dp); /* Bagua's bagua_train_step_counter */
+SBN_API sbn_status sbn_dp_set_train_step_counter(sbn_dp *dp, int64_t steps); /* e.g. on resume */
+SBN_API int sbn_dp_num_buckets(const sbn_dp *dp);
+SBN_API sbn_group *sbn_dp_group(const sbn_dp *dp);
 
 /* Unwrap: the tree is no longer marked wrapped; the model and optimizers
  * stay with the caller. Local. NULL is a no-op. */
-sbn_status sbn_dp_destroy(sbn_dp *dp);
+SBN_API sbn_status sbn_dp_destroy(sbn_dp *dp);
 
 #ifdef __cplusplus
 }

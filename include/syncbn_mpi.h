@@ -41,7 +41,7 @@ extern "C" {
  * Collective over the communicator: every rank calls it. The communicator is
  * duplicated; MPI must be initialized (syncbn never calls MPI_Init).
  * Use sbn_group_from_mpi below rather than calling this directly. */
-sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t comm_size);
+SBN_API sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t comm_size);
 
 /* A group over the ranks of `comm` (rank and size as in comm). Release with
  * sbn_group_destroy, before MPI_Finalize. */

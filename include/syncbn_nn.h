@@ -53,42 +53,42 @@ typedef enum sbn_module_kind {
 } sbn_module_kind;
 
 /* PyTorch's class name of a kind ("Conv2d", "BatchNorm2d", "SyncBatchNorm"). */
-const char *sbn_module_kind_name(sbn_module_kind kind);
-sbn_module_kind sbn_module_kind_of(const sbn_module *m); /* SBN_MODULE_KIND_COUNT_ for NULL */
+SBN_API const char *sbn_module_kind_name(sbn_module_kind kind);
+SBN_API sbn_module_kind sbn_module_kind_of(const sbn_module *m); /* SBN_MODULE_KIND_COUNT_ for NULL */
 
 /* Destroy a module and its children. NULL is a no-op. A module that is the
  * child of another cannot be destroyed directly (SBN_STATUS_BAD_STATE). */
-sbn_status sbn_module_destroy(sbn_module *m);
+SBN_API sbn_status sbn_module_destroy(sbn_module *m);
 
 /* Children: count, and the i-th child with its local name ("0", "conv1"). */
-int sbn_module_num_children(const sbn_module *m);
-sbn_status sbn_module_child(sbn_module **child, const char **name, sbn_module *m, int i);
+SBN_API int sbn_module_num_children(const sbn_module *m);
+SBN_API sbn_status sbn_module_child(sbn_module **child, const char **name, sbn_module *m, int i);
 /* Find a submodule by dotted path ("layer1.0.bn1"; "" is m itself). */
-sbn_status sbn_module_find(sbn_module **out, sbn_module *m, const char *path);
+SBN_API sbn_status sbn_module_find(sbn_module **out, sbn_module *m, const char *path);
 
 /* Recursive train/eval (PyTorch's module.train(mode)). New modules train. */
-sbn_status sbn_module_train(sbn_module *m, int training);
-int sbn_module_is_training(const sbn_module *m); /* -1 for NULL */
+SBN_API sbn_status sbn_module_train(sbn_module *m, int training);
+SBN_API int sbn_module_is_training(const sbn_module *m); /* -1 for NULL */
 
 /* Forward: *y becomes a view of the module's output (see the conventions
  * above). Backward of the most recent forward: dy must have y's shape; *dx
  * becomes a view of the gradient w.r.t. that forward's x. */
-sbn_status sbn_module_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x);
-sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy);
+SBN_API sbn_status sbn_module_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x);
+SBN_API sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy);
 /* Set every parameter gradient in the tree to zero. */
-sbn_status sbn_module_zero_grad(sbn_module *m);
+SBN_API sbn_status sbn_module_zero_grad(sbn_module *m);
 
 /* requires_grad of one parameter by full name, or of every parameter of the
  * tree when name is NULL. A parameter that does not require grad keeps its
  * gradient untouched in backward and is skipped by the optimizer. */
-sbn_status sbn_module_set_requires_grad(sbn_module *m, const char *name, int requires_grad);
+SBN_API sbn_status sbn_module_set_requires_grad(sbn_module *m, const char *name, int requires_grad);
 
 /* The "wrapped" flag of a root (set by the data-parallel wrapper): while it
  * is set on a module or any of its ancestors, convert/revert of the tree
  * are refused with SBN_STATUS_BAD_STATE (the seeds' "convert before wrapping"
  * rule). */
-sbn_status sbn_module_set_wrapped(sbn_module *m, int wrapped);
-int sbn_module_is_wrapped(const sbn_module *m); /* this module or an ancestor; -1 for NULL */
+SBN_API sbn_status sbn_module_set_wrapped(sbn_module *m, int wrapped);
+SBN_API int sbn_module_is_wrapped(const sbn_module *m); /* this module or an ancestor; -1 for NULL */
 
 /* ------------------------------------------------------------------------ */
 /* State: parameters and buffers with PyTorch state-dict names              */
@@ -130,55 +130,55 @@ typedef struct sbn_nn_entry {
  * SBN_NN_PARAMETERS it is named_parameters() order). *out is malloc'ed:
  * release with free(). The wrapper of a data-parallel step iterates this
  * list to bucket gradients and to broadcast parameters and buffers. */
-sbn_status sbn_module_entries(sbn_nn_entry **out, int *count, sbn_module *m, unsigned what);
+SBN_API sbn_status sbn_module_entries(sbn_nn_entry **out, int *count, sbn_module *m, unsigned what);
 /* Total number of parameter values (numel summed). */
-int64_t sbn_module_num_parameters(sbn_module *m);
+SBN_API int64_t sbn_module_num_parameters(sbn_module *m);
 
 /* ------------------------------------------------------------------------ */
 /* Layers (constructors; new modules are in training mode)                  */
 /* ------------------------------------------------------------------------ */
 
 /* A container running its children in order. */
-sbn_status sbn_nn_sequential_create(sbn_module **out);
+SBN_API sbn_status sbn_nn_sequential_create(sbn_module **out);
 /* Append child (ownership moves to seq; on failure it stays with the
  * caller). name NULL: its index ("0", "1", ...), as nn.Sequential. */
-sbn_status sbn_nn_sequential_append(sbn_module *seq, const char *name, sbn_module *child);
+SBN_API sbn_status sbn_nn_sequential_append(sbn_module *seq, const char *name, sbn_module *child);
 
 /* y = x W^T + b; x (N, in) or (*, in); weight (out, in), bias (out).
  * Initialized like PyTorch (uniform(+-1/sqrt(in))) from `seed`. */
-sbn_status sbn_nn_linear_create(sbn_module **out, int64_t in_features, int64_t out_features,
-                                int bias, uint64_t seed);
+SBN_API sbn_status sbn_nn_linear_create(sbn_module **out, int64_t in_features, int64_t out_features,
+                                        int bias, uint64_t seed);
 
 /* Conv2d with a square kernel, stride and zero padding; weight (out, in, k, k).
  * x (N, C_in, H, W). im2col + OpenBLAS sgemm. */
-sbn_status sbn_nn_conv2d_create(sbn_module **out, int64_t in_channels, int64_t out_channels,
-                                int kernel_size, int stride, int padding, int bias, uint64_t seed);
+SBN_API sbn_status sbn_nn_conv2d_create(sbn_module **out, int64_t in_channels, int64_t out_channels,
+                                        int kernel_size, int stride, int padding, int bias, uint64_t seed);
 
-sbn_status sbn_nn_relu_create(sbn_module **out);
+SBN_API sbn_status sbn_nn_relu_create(sbn_module **out);
 /* MaxPool2d(kernel_size, stride (0: = kernel_size), padding). */
-sbn_status sbn_nn_maxpool2d_create(sbn_module **out, int kernel_size, int stride, int padding);
+SBN_API sbn_status sbn_nn_maxpool2d_create(sbn_module **out, int kernel_size, int stride, int padding);
 /* AdaptiveAvgPool2d((1, 1)): global average pooling. */
-sbn_status sbn_nn_global_avgpool_create(sbn_module **out);
+SBN_API sbn_status sbn_nn_global_avgpool_create(sbn_module **out);
 /* Flatten(start_dim = 1): (N, ...) -> (N, prod(...)); output aliases input. */
-sbn_status sbn_nn_flatten_create(sbn_module **out);
+SBN_API sbn_status sbn_nn_flatten_create(sbn_module **out);
 
 /* BatchNorm{1,2,3}d: plain batch normalization (the core sbn_bn layer with
  * group NULL). dims 1, 2 or 3. Input checks as PyTorch: 1d takes 2D or 3D
  * input, 2d takes 4D, 3d takes 5D. options: e.g. sbn_bn_options_default(C). */
-sbn_status sbn_nn_batchnorm_create(sbn_module **out, int dims, const sbn_bn_options *options);
+SBN_API sbn_status sbn_nn_batchnorm_create(sbn_module **out, int dims, const sbn_bn_options *options);
 /* SyncBatchNorm over group (NULL or size 1: plain BN). Input (N, C, *) with
  * at least 2 dims. Reverting one made here gives BatchNorm2d; one made by
  * convert reverts to the kind it came from. */
-sbn_status sbn_nn_sync_batchnorm_create(sbn_module **out, const sbn_bn_options *options,
-                                        sbn_group *group);
+SBN_API sbn_status sbn_nn_sync_batchnorm_create(sbn_module **out, const sbn_bn_options *options,
+                                                sbn_group *group);
 /* The core layer behind a BatchNorm/SyncBatchNorm module. */
-sbn_status sbn_module_bn(sbn_bn **out, sbn_module *m);
+SBN_API sbn_status sbn_module_bn(sbn_bn **out, sbn_module *m);
 
 /* torchvision's BasicBlock: conv1 (3x3, stride), bn1, relu, conv2 (3x3),
  * bn2, + identity or downsample (downsample.0: conv 1x1 stride,
  * downsample.1: BatchNorm2d, present when stride != 1 or in != out), relu. */
-sbn_status sbn_nn_basic_block_create(sbn_module **out, int64_t inplanes, int64_t planes, int stride,
-                                     uint64_t seed);
+SBN_API sbn_status sbn_nn_basic_block_create(sbn_module **out, int64_t inplanes, int64_t planes, int stride,
+                                             uint64_t seed);
 
 /* ------------------------------------------------------------------------ */
 /* convert_sync_batchnorm / revert_sync_batchnorm                           */
@@ -195,11 +195,11 @@ sbn_status sbn_nn_basic_block_create(sbn_module **out, int64_t inplanes, int64_t
  * itself a BatchNorm that has a parent (convert the parent instead).
  * Create layers and convert in the same order on every rank (the group
  * gives each SyncBatchNorm an ordinal to detect mismatched calls). */
-sbn_status sbn_nn_convert_sync_batchnorm(sbn_module **out, sbn_module *module, sbn_group *group);
+SBN_API sbn_status sbn_nn_convert_sync_batchnorm(sbn_module **out, sbn_module *module, sbn_group *group);
 /* The reverse: every SyncBatchNorm becomes the BatchNorm kind it was
  * converted from (BatchNorm2d if created directly), group-free, keeping
  * all state. Same root and failure rules as convert. */
-sbn_status sbn_nn_revert_sync_batchnorm(sbn_module **out, sbn_module *module);
+SBN_API sbn_status sbn_nn_revert_sync_batchnorm(sbn_module **out, sbn_module *module);
 
 /* ------------------------------------------------------------------------ */
 /* Loss and optimizer                                                       */
@@ -211,14 +211,14 @@ sbn_status sbn_nn_revert_sync_batchnorm(sbn_module **out, sbn_module *module);
  * value, e.g. the GLOBAL batch size in data-parallel training, so that
  * summing the ranks' losses and gradients gives the global mean exactly
  * even with uneven batches. N = 0 gives loss 0. Accumulated in double. */
-sbn_status sbn_nn_cross_entropy_forward(double *loss, const sbn_tensor *logits,
-                                        const int64_t *targets, double divisor);
+SBN_API sbn_status sbn_nn_cross_entropy_forward(double *loss, const sbn_tensor *logits,
+                                                const int64_t *targets, double divisor);
 /* dlogits (caller memory, logits' shape) = (softmax - onehot) / divisor. */
-sbn_status sbn_nn_cross_entropy_backward(sbn_tensor *dlogits, const sbn_tensor *logits,
-                                         const int64_t *targets, double divisor);
+SBN_API sbn_status sbn_nn_cross_entropy_backward(sbn_tensor *dlogits, const sbn_tensor *logits,
+                                                 const int64_t *targets, double divisor);
 /* Number of correct argmax predictions (for accuracy). */
-sbn_status sbn_nn_count_correct(int64_t *correct, const sbn_tensor *logits,
-                                const int64_t *targets);
+SBN_API sbn_status sbn_nn_count_correct(int64_t *correct, const sbn_tensor *logits,
+                                        const int64_t *targets);
 
 typedef struct sbn_nn_sgd sbn_nn_sgd;
 typedef struct sbn_nn_sgd_options {
@@ -231,14 +231,14 @@ typedef struct sbn_nn_sgd_options {
  * momentum*buf + (1-dampening)*g; g = nesterov ? g + momentum*buf : buf;
  * p -= lr*g. Nesterov needs momentum > 0 and dampening 0. The optimizer
  * keeps pointers into the tree: recreate it after convert/revert. */
-sbn_status sbn_nn_sgd_create(sbn_nn_sgd **out, sbn_module *m, const sbn_nn_sgd_options *options);
-sbn_status sbn_nn_sgd_step(sbn_nn_sgd *opt);
-sbn_status sbn_nn_sgd_set_lr(sbn_nn_sgd *opt, double lr);
+SBN_API sbn_status sbn_nn_sgd_create(sbn_nn_sgd **out, sbn_module *m, const sbn_nn_sgd_options *options);
+SBN_API sbn_status sbn_nn_sgd_step(sbn_nn_sgd *opt);
+SBN_API sbn_status sbn_nn_sgd_set_lr(sbn_nn_sgd *opt, double lr);
 /* Optimizer state as entries for checkpoints (resume): one F32 buffer
  * "<param>.momentum_buffer" per parameter (when momentum != 0) and an I64
  * scalar "step". *out malloc'ed; free(). */
-sbn_status sbn_nn_sgd_entries(sbn_nn_entry **out, int *count, sbn_nn_sgd *opt);
-sbn_status sbn_nn_sgd_destroy(sbn_nn_sgd *opt); /* NULL is a no-op */
+SBN_API sbn_status sbn_nn_sgd_entries(sbn_nn_entry **out, int *count, sbn_nn_sgd *opt);
+SBN_API sbn_status sbn_nn_sgd_destroy(sbn_nn_sgd *opt); /* NULL is a no-op */
 
 /* ------------------------------------------------------------------------ */
 /* Checkpoints: safetensors                                                 */
@@ -253,10 +253,10 @@ sbn_status sbn_nn_sgd_destroy(sbn_nn_sgd *opt); /* NULL is a no-op */
  *
  * Save is atomic: a temporary file in the same directory, fsync, rename,
  * fsync of the directory; a crash leaves the previous file intact. */
-sbn_status sbn_nn_save(const char *path, sbn_module *m);
+SBN_API sbn_status sbn_nn_save(const char *path, sbn_module *m);
 /* Save arbitrary entries (e.g. model + optimizer state); names must be
  * distinct. */
-sbn_status sbn_nn_save_entries(const char *path, const sbn_nn_entry *entries, int count);
+SBN_API sbn_status sbn_nn_save_entries(const char *path, const sbn_nn_entry *entries, int count);
 
 /* What a non-strict load did not match. Release with
  * sbn_nn_load_report_free. */
@@ -266,7 +266,7 @@ typedef struct sbn_nn_load_report {
   int num_unexpected; /* file keys absent from the model */
   char **unexpected;
 } sbn_nn_load_report;
-void sbn_nn_load_report_free(sbn_nn_load_report *report);
+SBN_API void sbn_nn_load_report_free(sbn_nn_load_report *report);
 
 #define SBN_NN_LOAD_STRICT 1u
 
@@ -280,14 +280,14 @@ void sbn_nn_load_report_free(sbn_nn_load_report *report);
  * as 0 (the pre-version-2 state dict) and is not reported. Corrupt files:
  * SBN_STATUS_IO_ERROR; a valid file that does not fit the model:
  * SBN_STATUS_INVALID_ARGUMENT. */
-sbn_status sbn_nn_load(sbn_module *m, const char *path, unsigned flags, sbn_nn_load_report *report);
+SBN_API sbn_status sbn_nn_load(sbn_module *m, const char *path, unsigned flags, sbn_nn_load_report *report);
 /* The same from a file image in memory. */
-sbn_status sbn_nn_load_memory(sbn_module *m, const void *buf, size_t len, unsigned flags,
-                              sbn_nn_load_report *report);
+SBN_API sbn_status sbn_nn_load_memory(sbn_module *m, const void *buf, size_t len, unsigned flags,
+                                      sbn_nn_load_report *report);
 /* Load into arbitrary entries (same validation and rules; no special
  * num_batches_tracked handling beyond names ending in it). */
-sbn_status sbn_nn_load_entries(sbn_nn_entry *entries, int count, const void *buf, size_t len,
-                               unsigned flags, sbn_nn_load_report *report);
+SBN_API sbn_status sbn_nn_load_entries(sbn_nn_entry *entries, int count, const void *buf, size_t len,
+                                       unsigned flags, sbn_nn_load_report *report);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@ DEPS_BENCH := gnuplot-nox python3-torch
 
 $(BUILD)/bench/syncbn-bench: bench/bench_cpu.c $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 
 all: $(BUILD)/bench/syncbn-bench
 

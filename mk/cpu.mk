@@ -9,7 +9,12 @@ LIB_LDLIBS += -fopenmp
 
 # OpenMP only where the parallel loop lives; no fused multiply-add in the
 # kernels, so the AVX2 and the portable builds round identically.
-$(BUILD)/src/cpu/%.o: CFLAGS += -ffp-contract=off -Wno-psabi
-$(BUILD)/src/cpu/cpu_parallel.o: CFLAGS += -fopenmp
+$(BUILD)/src/cpu/%.o: SBN_CFLAGS += -ffp-contract=off -Wno-psabi
+$(BUILD)/src/cpu/cpu_parallel.o: SBN_CFLAGS += -fopenmp
+# The AVX2 kernels' target (GCC also has it as a pragma in the file; clang
+# needs the flags). Only this file: the rest of the library runs anywhere.
+ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
+$(BUILD)/src/cpu/kern_avx2.o: SBN_CFLAGS += -mavx2 -mfma -mf16c
+endif
 
 TESTS += cpu/test_cpu_dtypes cpu/test_cpu_determinism cpu/test_cpu_noalloc

@@ -5,4 +5,4 @@ EXTRA_TEST_CMDS += cmd:$(BUILD)/tests/data/test_loaders
 all: $(TEST_BINS_DATA)
 $(BUILD)/tests/data/%: tests/data/%.c $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)

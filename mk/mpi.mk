@@ -23,7 +23,7 @@ MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
 MPI_LDLIBS := $(shell $(MPICC) --showme:link)
 MPI_STATE := mpi $(MPI_CFLAGS) $(MPI_LDLIBS)
 LIB_LDLIBS += $(MPI_LDLIBS)
-$(BUILD)/src/comm/mpi.o: CFLAGS += -DSBN_WITH_MPI=1 $(MPI_CFLAGS)
+$(BUILD)/src/comm/mpi.o: SBN_CFLAGS += -DSBN_WITH_MPI=1 $(MPI_CFLAGS)
 all: $(MPI_TEST_BINS)
 EXTRA_TEST_CMDS += 'cmd:tests/mpi/run_mpi.sh $(BUILD) equivalence' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) faults' \
@@ -45,7 +45,7 @@ MPI_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o
 
 $(BUILD)/tests/mpi/%: tests/mpi/%.c tests/mpi/mpi_case.h $(MPI_TEST_SUPPORT) $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) -Itests -Itests/mpi -o $@ $< $(MPI_TEST_SUPPORT) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) $(MPI_CFLAGS) -Itests -Itests/mpi -o $@ $< $(MPI_TEST_SUPPORT) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 
 # The latency benchmark: make bench-mpi; see BENCHMARKS.md.
 .PHONY: bench-mpi
@@ -53,4 +53,4 @@ bench-mpi: $(BUILD)/bench/syncbn-bench-mpi
 $(BUILD)/bench/syncbn-bench-mpi: bench/bench_mpi.c $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
 	@[ -n "$(strip $(MPICC))" ] || { echo "bench-mpi: mpicc not found (apt-get install libopenmpi-dev)" >&2; exit 1; }
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) $(MPI_CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)

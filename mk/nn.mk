@@ -14,10 +14,10 @@ NN_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/nn/nn_testutil.o
 # Tests in tests/nn link their own support next to the common one.
 $(BUILD)/tests/nn/nn_testutil.o: tests/nn/nn_testutil.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -MMD -MP -c $< -o $@
+	$(SBN_CC) -Itests -MMD -MP -c $< -o $@
 $(BUILD)/tests/nn/%: tests/nn/%.c $(NN_TEST_SUPPORT) $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -Itests/nn -o $@ $< $(NN_TEST_SUPPORT) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -Itests -Itests/nn -o $@ $< $(NN_TEST_SUPPORT) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 
 # The PyTorch peer: C exports model + input + its results, Debian's torch
 # (/usr/bin/python3) recomputes and compares, then C loads PyTorch's file.

@@ -10,5 +10,5 @@ endif
 all: $(TRAIN_BIN)
 $(TRAIN_BIN): tools/syncbn-train.c $(TRAIN_SRCS) $(wildcard tools/train/*.h) $(BUILD)/libsyncbn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(TRAIN_CFLAGS) -o $@ tools/syncbn-train.c $(TRAIN_SRCS) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) $(TRAIN_CFLAGS) -o $@ tools/syncbn-train.c $(TRAIN_SRCS) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
 EXTRA_TEST_CMDS += 'cmd:tests/train/test_train.sh $(TRAIN_BIN)'

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Run each test (a binary in BUILD/tests, or a shell command after "cmd:"),
 # each bounded by a timeout so a hang fails instead of stalling CI.
-# Prints a summary; exits non-zero if any test failed.
+# A test that exits 77 could not run here (a tool is missing) and counts as
+# skipped. Ends with "N passed, M failed[, K skipped]"; exits non-zero if
+# any test failed.
 set -u
 build=$1; shift
-fails=(); n=0
+fails=(); skips=(); n=0
 export PYTHONUNBUFFERED=1
 run_one() { # name, command...
   local name=$1; shift
@@ -14,6 +16,7 @@ run_one() { # name, command...
   timeout --kill-after=10 "${TEST_TIMEOUT:-600}" "$@"
   local rc=$?
   if [ $rc -eq 0 ]; then echo "--- PASS $name ($((SECONDS - t0)) s)"
+  elif [ $rc -eq 77 ]; then echo "--- SKIP $name"; skips+=("$name")
   else echo "--- FAIL $name (exit $rc, $((SECONDS - t0)) s)"; fails+=("$name"); fi
 }
 for t in "$@"; do
@@ -24,5 +27,9 @@ for t in "$@"; do
 done
 [ -x "$build/tests/torch_peer" ] && run_one torch_peer /usr/bin/python3 tests/torch_peer.py "$build/tests/torch_peer"
 echo
-if [ ${#fails[@]} -eq 0 ]; then echo "ALL $n TESTS PASSED"; exit 0; fi
-echo "FAILED ${#fails[@]} of $n: ${fails[*]}"; exit 1
+[ ${#skips[@]} -eq 0 ] || echo "skipped: ${skips[*]}"
+[ ${#fails[@]} -eq 0 ] || echo "failed: ${fails[*]}"
+summary="$((n - ${#fails[@]} - ${#skips[@]})) passed, ${#fails[@]} failed"
+[ ${#skips[@]} -eq 0 ] || summary+=", ${#skips[@]} skipped"
+echo "$summary"
+[ ${#fails[@]} -eq 0 ]

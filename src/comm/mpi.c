@@ -67,7 +67,7 @@
 
 #if !SBN_WITH_MPI
 
-sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t comm_size);
+SBN_API sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t comm_size);
 
 sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t comm_size) {
   sbn_clear_error();

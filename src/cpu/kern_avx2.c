@@ -4,7 +4,9 @@
  * enabled for the target but not used for arithmetic (-ffp-contract=off in
  * mk/cpu.mk): the results equal the generic path's bit for bit. */
 #if defined(__x86_64__) || defined(__i386__)
+#if !defined(__clang__) /* clang has no target pragma: mk/cpu.mk passes -mavx2 -mfma -mf16c */
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #define SBN_VEC_F16C 1
 #include <string.h>
 
