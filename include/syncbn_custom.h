@@ -101,12 +101,12 @@ typedef struct sbn_custom_ops {
 /* A group of `size` ranks in which this process is `rank`, communicating
  * through `ops` (copied; allreduce and broadcast required) on `ctx`. Local:
  * no communication. Release with sbn_group_destroy. */
-sbn_status sbn_group_create_custom(sbn_group **out, int rank, int size, const sbn_custom_ops *ops,
-                                   void *ctx);
+SBN_API sbn_status sbn_group_create_custom(sbn_group **out, int rank, int size,
+                                           const sbn_custom_ops *ops, void *ctx);
 
 /* For callbacks: the text to add to the error message when the callback
  * returns non-zero (copied, per thread; cleared before every callback). */
-void sbn_custom_set_error(const char *message);
+SBN_API void sbn_custom_set_error(const char *message);
 
 #ifdef __cplusplus
 }
