@@ -6,9 +6,9 @@
 BENCH_ARGS ?=
 DEPS_BENCH := gnuplot-nox python3-torch
 
-$(BUILD)/bench/syncbn-bench: bench/bench_cpu.c $(BUILD)/libsyncbn.a
+$(BUILD)/bench/syncbn-bench: bench/bench_cpu.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
 
 all: $(BUILD)/bench/syncbn-bench
 

@@ -3,6 +3,6 @@ LIB_SRCS += src/data/dataset.c src/data/cifar10.c src/data/mnist.c src/data/synt
 TEST_BINS_DATA := $(BUILD)/tests/data/test_loaders
 EXTRA_TEST_CMDS += cmd:$(BUILD)/tests/data/test_loaders
 all: $(TEST_BINS_DATA)
-$(BUILD)/tests/data/%: tests/data/%.c $(BUILD)/libsyncbn.a
+$(BUILD)/tests/data/%: tests/data/%.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)

@@ -1,4 +1,7 @@
-# MPI backend (issue 3): src/comm/mpi.c, tests under tests/mpi/, bench-mpi.
+# MPI backend: src/comm/mpi.c in its own library, libsyncbn_mpi (.a and
+# .so, built by the Makefile from MPI_LIB_SRCS, linked with MPI_LIB_LDLIBS),
+# so that libsyncbn.so never depends on libmpi; tests under tests/mpi/,
+# bench-mpi.
 #
 # Open MPI is detected by probing for mpicc when the Makefile is read
 # (`make test` installs libopenmpi-dev, then re-reads). Without it mpi.c
@@ -12,7 +15,7 @@
 MPICC ?= $(shell command -v mpicc 2>/dev/null)
 MPIRUN ?= $(shell command -v mpirun 2>/dev/null)
 DEPS_TEST += libopenmpi-dev openmpi-bin
-LIB_SRCS += src/comm/mpi.c
+MPI_LIB_SRCS := src/comm/mpi.c
 
 MPI_TEST_NAMES := test_mpi_equivalence test_mpi_faults torch_peer_mpi
 MPI_TEST_BINS := $(MPI_TEST_NAMES:%=$(BUILD)/tests/mpi/%)
@@ -22,8 +25,8 @@ ifneq ($(strip $(MPICC)),)
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
 MPI_LDLIBS := $(shell $(MPICC) --showme:link)
 MPI_STATE := mpi $(MPI_CFLAGS) $(MPI_LDLIBS)
-LIB_LDLIBS += $(MPI_LDLIBS)
-$(BUILD)/src/comm/mpi.o: SBN_CFLAGS += -DSBN_WITH_MPI=1 $(MPI_CFLAGS)
+MPI_LIB_LDLIBS := $(MPI_LDLIBS)
+$(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o: SBN_CFLAGS += -DSBN_WITH_MPI=1 $(MPI_CFLAGS)
 all: $(MPI_TEST_BINS)
 EXTRA_TEST_CMDS += 'cmd:tests/mpi/run_mpi.sh $(BUILD) equivalence' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) faults' \
@@ -39,18 +42,18 @@ endif
 # installed is rebuilt once it is (and the other way round).
 MPI_STAMP := $(BUILD)/mpi.config
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(MPI_STAMP) 2>/dev/null)" = "$(MPI_STATE)" ] || echo "$(MPI_STATE)" > $(MPI_STAMP))
-$(BUILD)/src/comm/mpi.o: $(MPI_STAMP)
+$(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o: $(MPI_STAMP)
 
 MPI_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o
 
-$(BUILD)/tests/mpi/%: tests/mpi/%.c tests/mpi/mpi_case.h $(MPI_TEST_SUPPORT) $(BUILD)/libsyncbn.a
+$(BUILD)/tests/mpi/%: tests/mpi/%.c tests/mpi/mpi_case.h $(MPI_TEST_SUPPORT) $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) $(MPI_CFLAGS) -Itests -Itests/mpi -o $@ $< $(MPI_TEST_SUPPORT) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) $(MPI_CFLAGS) -Itests -Itests/mpi -o $@ $< $(MPI_TEST_SUPPORT) $(SBN_STATIC_LINK)
 
 # The latency benchmark: make bench-mpi; see BENCHMARKS.md.
 .PHONY: bench-mpi
 bench-mpi: $(BUILD)/bench/syncbn-bench-mpi
-$(BUILD)/bench/syncbn-bench-mpi: bench/bench_mpi.c $(BUILD)/libsyncbn.a
+$(BUILD)/bench/syncbn-bench-mpi: bench/bench_mpi.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	@[ -n "$(strip $(MPICC))" ] || { echo "bench-mpi: mpicc not found (apt-get install libopenmpi-dev)" >&2; exit 1; }
-	$(SBN_LD) $(MPI_CFLAGS) -o $@ $< $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) $(MPI_CFLAGS) -o $@ $< $(SBN_STATIC_LINK)

@@ -15,9 +15,9 @@ NN_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/nn/nn_testutil.o
 $(BUILD)/tests/nn/nn_testutil.o: tests/nn/nn_testutil.c
 	@mkdir -p $(dir $@)
 	$(SBN_CC) -Itests -MMD -MP -c $< -o $@
-$(BUILD)/tests/nn/%: tests/nn/%.c $(NN_TEST_SUPPORT) $(BUILD)/libsyncbn.a
+$(BUILD)/tests/nn/%: tests/nn/%.c $(NN_TEST_SUPPORT) $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) -Itests -Itests/nn -o $@ $< $(NN_TEST_SUPPORT) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -Itests -Itests/nn -o $@ $< $(NN_TEST_SUPPORT) $(SBN_STATIC_LINK)
 
 # The PyTorch peer: C exports model + input + its results, Debian's torch
 # (/usr/bin/python3) recomputes and compares, then C loads PyTorch's file.

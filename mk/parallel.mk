@@ -7,14 +7,14 @@ ifneq ($(strip $(MPICC)),)
 DP_TEST_CFLAGS := -DSBN_TEST_WITH_MPI=1 $(MPI_CFLAGS)
 endif
 all: $(DP_TEST)
-$(DP_TEST): tests/dp/test_dp_equivalence.c tools/train/model.c $(BUILD)/libsyncbn.a
+$(DP_TEST): tests/dp/test_dp_equivalence.c tools/train/model.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) $(DP_TEST_CFLAGS) -o $@ $< tools/train/model.c $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) $(DP_TEST_CFLAGS) -o $@ $< tools/train/model.c $(SBN_STATIC_LINK)
 DP_WRAP_TEST := $(BUILD)/tests/dp/test_dp_wrap
 all: $(DP_WRAP_TEST)
-$(DP_WRAP_TEST): tests/dp/test_dp_wrap.c tools/train/model.c $(BUILD)/libsyncbn.a
+$(DP_WRAP_TEST): tests/dp/test_dp_wrap.c tools/train/model.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) -o $@ $< tools/train/model.c $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) -o $@ $< tools/train/model.c $(SBN_STATIC_LINK)
 EXTRA_TEST_CMDS += 'cmd:$(DP_TEST) 2' 'cmd:$(DP_TEST) 4' 'cmd:$(DP_WRAP_TEST)'
 ifneq ($(strip $(MPICC)),)
 EXTRA_TEST_CMDS += 'cmd:tests/dp/run_mpi_dp.sh $(DP_TEST)'

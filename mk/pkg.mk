@@ -1,7 +1,20 @@
-# Packaging: what the shared library exports, and that the user's CC/CFLAGS
-# work (tests/pkg/).
+# Packaging checks (tests/pkg/): each shared library exports exactly its
+# public headers' SBN_API declarations; the user's CC/CFLAGS work
+# (clang, -O2); make install + consumers built with pkg-config and CMake.
 .DEFAULT_GOAL := all
-DEPS_TEST += binutils clang libomp-dev
+DEPS_TEST += binutils clang libomp-dev cmake pkgconf
 
-EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh $(BUILD)/libsyncbn.so include/*.h' \
-                   'cmd:tests/pkg/test_user_flags.sh'
+# Headers of the backend libraries; every other public header is libsyncbn's.
+BACKEND_HEADERS := include/syncbn_mpi.h
+CORE_HEADERS = $(filter-out $(BACKEND_HEADERS),$(sort $(wildcard include/*.h)))
+EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_backend_host_v1 $(BUILD)/libsyncbn.so $(CORE_HEADERS)' \
+                   'cmd:scripts/check_exports.sh $(BUILD)/libsyncbn_mpi.so include/syncbn_mpi.h' \
+                   'cmd:tests/pkg/test_user_flags.sh' \
+                   'cmd:tests/pkg/test_install.sh $(BUILD)'
+
+# Both export checks on a build directory (test_user_flags.sh runs it on its
+# clang build): make check-exports BUILD=dir
+.PHONY: check-exports
+check-exports: $(BUILD)/libsyncbn.so $(BUILD)/libsyncbn_mpi.so
+	@scripts/check_exports.sh --allow sbn_internal_backend_host_v1 $(BUILD)/libsyncbn.so $(CORE_HEADERS)
+	@scripts/check_exports.sh $(BUILD)/libsyncbn_mpi.so $(BACKEND_HEADERS)

@@ -8,7 +8,7 @@ ifneq ($(strip $(MPICC)),)
 TRAIN_CFLAGS := -DSBN_TRAIN_WITH_MPI=1 $(MPI_CFLAGS)
 endif
 all: $(TRAIN_BIN)
-$(TRAIN_BIN): tools/syncbn-train.c $(TRAIN_SRCS) $(wildcard tools/train/*.h) $(BUILD)/libsyncbn.a
+$(TRAIN_BIN): tools/syncbn-train.c $(TRAIN_SRCS) $(wildcard tools/train/*.h) $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) $(TRAIN_CFLAGS) -o $@ tools/syncbn-train.c $(TRAIN_SRCS) $(BUILD)/libsyncbn.a $(LDLIBS) $(LIB_LDLIBS)
+	$(SBN_LD) $(TRAIN_CFLAGS) -o $@ tools/syncbn-train.c $(TRAIN_SRCS) $(SBN_STATIC_LINK)
 EXTRA_TEST_CMDS += 'cmd:tests/train/test_train.sh $(TRAIN_BIN)'
