@@ -131,7 +131,12 @@ typedef struct sbn_tensor {
  * shape must hold ndim values; ndim is clamped to [0, SBN_MAX_DIMS]. */
 SBN_API sbn_tensor sbn_tensor_cpu(void *data, int ndim, const int64_t *shape, sbn_dtype dtype,
                                   sbn_layout layout);
-/* Number of elements (product of the shape), 0 for ndim <= 0. */
+/* Number of elements (product of the shape), 0 for ndim <= 0 or NULL.
+ * -1 when a dimension is negative or the shape's size overflows: the
+ * product of its non-zero dimensions exceeds INT64_MAX (an empty shape
+ * such as [0, 2^40, 2^40] is still indexed by its other dimensions). Every
+ * call that takes a tensor rejects such shapes with
+ * SBN_STATUS_INVALID_ARGUMENT. */
 SBN_API int64_t sbn_tensor_numel(const sbn_tensor *t);
 
 /* ------------------------------------------------------------------------ */
@@ -159,7 +164,8 @@ SBN_API sbn_status sbn_team_destroy(sbn_team *team);
 /* Run fn on `size` threads, one per rank, each given its world group (which
  * is destroyed after fn returns). Returns SBN_STATUS_OK when every fn returned
  * 0, else the status of the lowest failing rank (SBN_STATUS_INTERNAL if fn
- * returned a non-status value). */
+ * returned a non-status value); sbn_last_error() then names that rank, its
+ * return value and the last error message recorded on its thread. */
 typedef int (*sbn_rank_fn)(sbn_group *world, void *arg);
 SBN_API sbn_status sbn_team_run(int size, sbn_rank_fn fn, void *arg);
 
@@ -260,7 +266,14 @@ SBN_API sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
  * float64 values); with track_running_stats, updates running_mean and
  * running_var (unbiased, n/(n-1) with n the global count per channel) and
  * num_batches_tracked, and remembers the statistics for backward. A global
- * count <= 1 is SBN_STATUS_INVALID_ARGUMENT on every rank. In eval mode with
+ * count of exactly 1 value per channel is SBN_STATUS_INVALID_ARGUMENT on
+ * every rank ("expected more than 1 value per channel when training").
+ * A global count of 0 (every rank empty, e.g. the tail of a sharded
+ * dataset) succeeds, as PyTorch's SyncBatchNorm test expects: y is empty,
+ * running_mean, running_var and num_batches_tracked are untouched (nothing
+ * was observed; PyTorch's module would still count the batch), and the
+ * backward of that forward gives empty dx and adds nothing to grad_weight
+ * and grad_bias. In eval mode with
  * track_running_stats = 0 the statistics are this rank's own (no
  * collective), as in PyTorch. Eval with running statistics: no collective.
  *
@@ -301,8 +314,14 @@ typedef enum sbn_bn_tensor_id {
  * track_running_stats = 0). */
 SBN_API sbn_status sbn_bn_tensor(sbn_tensor *view, sbn_bn *bn, sbn_bn_tensor_id id);
 
-/* num_batches_tracked (int64). Set fails without track_running_stats or for
- * a negative value. */
+/* num_batches_tracked (int64), in [0, SBN_NUM_BATCHES_TRACKED_MAX]. Set
+ * fails without track_running_stats or for a value outside that range
+ * (checkpoint loaders reject such values too). A training forward
+ * increments it and saturates at the maximum: 2^53, beyond which the
+ * cumulative-average factor 1/num_batches_tracked is no longer exact in
+ * double (and which no training reaches: 285 years at a batch per
+ * microsecond), so the counter never overflows. */
+#define SBN_NUM_BATCHES_TRACKED_MAX (INT64_C(1) << 53)
 SBN_API sbn_status sbn_bn_get_num_batches_tracked(const sbn_bn *bn, int64_t *out);
 SBN_API sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checked.h"
 #include "error.h"
 
 sbn_tensor sbn_tensor_cpu(void *data, int ndim, const int64_t *shape, sbn_dtype dtype,
@@ -21,9 +22,8 @@ sbn_tensor sbn_tensor_cpu(void *data, int ndim, const int64_t *shape, sbn_dtype 
 
 int64_t sbn_tensor_numel(const sbn_tensor *t) {
   if (!t || t->ndim <= 0) return 0;
-  int64_t n = 1;
-  for (int i = 0; i < t->ndim && i < SBN_MAX_DIMS; i++) n *= t->shape[i];
-  return n;
+  int64_t n;
+  return sbn_shape_numel(&n, t->ndim < SBN_MAX_DIMS ? t->ndim : SBN_MAX_DIMS, t->shape) ? n : -1;
 }
 
 const char *sbn_dtype_name(sbn_dtype dtype) {
@@ -74,6 +74,10 @@ sbn_status sbn_check_input(sbn_geom *geom, const sbn_tensor *t, const char *call
     if (t->shape[i] < 0)
       return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has a negative dimension: %s", call, name,
                       sbn_shape_str(sh, sizeof sh, t));
+  size_t bytes;
+  if (sbn_tensor_numel(t) < 0 || !sbn_bytes(&bytes, sbn_tensor_numel(t), 8))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has shape %s whose size overflows", call, name,
+                    sbn_shape_str(sh, sizeof sh, t));
   if (t->shape[1] == 0)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has C = 0 channels: %s", call, name,
                     sbn_shape_str(sh, sizeof sh, t));
@@ -97,8 +101,7 @@ sbn_status sbn_check_input(sbn_geom *geom, const sbn_tensor *t, const char *call
                     sbn_shape_str(sh, sizeof sh, t));
   geom->n = t->shape[0];
   geom->c = t->shape[1];
-  geom->s = 1;
-  for (int i = 2; i < t->ndim; i++) geom->s *= t->shape[i];
+  sbn_shape_numel(&geom->s, t->ndim - 2, t->shape + 2); /* fits: checked above */
   geom->layout = t->layout;
   geom->dtype = t->dtype;
   return SBN_STATUS_OK;
@@ -126,8 +129,9 @@ sbn_status sbn_check_alias(const sbn_tensor *a, const sbn_tensor *b, const char 
                            const char *a_name, const char *b_name) {
   if (a->data == b->data) return SBN_STATUS_OK;
   const char *a0 = a->data, *b0 = b->data;
-  size_t an = (size_t)sbn_tensor_numel(a) * sbn_dtype_size(a->dtype);
-  size_t bn = (size_t)sbn_tensor_numel(b) * sbn_dtype_size(b->dtype);
+  size_t an = 0, bn = 0; /* sizes were checked by sbn_check_input/same */
+  sbn_bytes(&an, sbn_tensor_numel(a), sbn_dtype_size(a->dtype));
+  sbn_bytes(&bn, sbn_tensor_numel(b), sbn_dtype_size(b->dtype));
   if (an && bn && a0 < b0 + bn && b0 < a0 + an)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "%s: %s and %s partially overlap (in place needs the same pointer)", call,

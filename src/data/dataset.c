@@ -1,6 +1,9 @@
 /* Dataset ownership, batch gathering and whole-file reading shared by the loaders. */
 #include "dataset_io.h"
 
+#include "../core/checked.h"
+#include "../core/file.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +17,15 @@ void sbn_dataset_free(sbn_dataset *d) {
 
 sbn_status sbn_dataset_alloc(sbn_dataset *d, int64_t count, int c, int h, int w, const char *name) {
   memset(d, 0, sizeof *d);
-  d->images = malloc(sizeof(float) * (size_t)(count * c * h * w) + 1);
-  d->labels = malloc(sizeof(int32_t) * (size_t)count + 1);
+  int64_t n;
+  size_t ib, lb;
+  if (count < 0 || c < 0 || h < 0 || w < 0 || !sbn_mul_i64(&n, count, c) || !sbn_mul_i64(&n, n, h) ||
+      !sbn_mul_i64(&n, n, w) || !sbn_bytes(&ib, n, sizeof(float)) || !sbn_bytes(&lb, count, sizeof(int32_t)) ||
+      ib == SIZE_MAX)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "dataset %s: %lld images of %dx%dx%d: size overflows", name,
+                    (long long)count, c, h, w);
+  d->images = malloc(ib + 1);
+  d->labels = malloc(lb + 1);
   if (!d->images || !d->labels) {
     sbn_dataset_free(d);
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "dataset %s: out of memory for %lld images", name,
@@ -28,8 +38,10 @@ sbn_status sbn_dataset_alloc(sbn_dataset *d, int64_t count, int c, int h, int w,
 
 sbn_status sbn_read_file(unsigned char **data, size_t *size, const char *path) {
   *data = NULL, *size = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return sbn_fail(SBN_STATUS_IO_ERROR, "cannot open %s: %s", path, strerror(errno));
+  FILE *f;
+  size_t ignored;
+  sbn_status st = sbn_open_regular(&f, &ignored, path, "dataset");
+  if (st != SBN_STATUS_OK) return st;
   size_t cap = 1 << 20, len = 0;
   unsigned char *buf = malloc(cap);
   while (buf) {
@@ -53,6 +65,7 @@ sbn_status sbn_read_file(unsigned char **data, size_t *size, const char *path) {
 sbn_status sbn_dataset_gather(float *images, int32_t *labels, const sbn_dataset *d,
                               const int64_t *idx, int64_t n) {
   sbn_clear_error();
+  if (n < 0) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dataset_gather: n = %lld is negative", (long long)n);
   if (!images || !labels || !d || (!idx && n))
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dataset_gather: NULL argument");
   const size_t per = (size_t)d->channels * d->height * d->width;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../core/file.h"
 #include "module.h"
 #include "safetensors.h"
 
@@ -49,14 +50,10 @@ sbn_status sbn_nn_load(sbn_module *m, const char *path, unsigned flags, sbn_nn_l
   sbn_clear_error();
   if (report) memset(report, 0, sizeof *report);
   if (!m || !path) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_nn_load: NULL argument");
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return sbn_fail(SBN_STATUS_IO_ERROR, "sbn_nn_load: cannot open %s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(fp);
-    return sbn_fail(SBN_STATUS_IO_ERROR, "sbn_nn_load: %s is not a regular file", path);
-  }
-  size_t len = (size_t)sb.st_size;
+  FILE *fp;
+  size_t len;
+  sbn_status ost = sbn_open_regular(&fp, &len, path, "sbn_nn_load");
+  if (ost != SBN_STATUS_OK) return ost;
   void *buf = malloc(len ? len : 1);
   if (!buf) {
     fclose(fp);

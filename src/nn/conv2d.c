@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "module.h"
+#include "../core/checked.h"
 
 typedef struct conv2d {
   int64_t in, out;
@@ -65,13 +66,25 @@ static sbn_status conv_geom(const conv2d *c, const sbn_tensor *x, int64_t *Ho, i
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "Conv2d.forward: input %s has %lld channels, expected in_channels = %lld",
                     sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape), (long long)x->shape[1], (long long)c->in);
-  int64_t hp = x->shape[2] + 2 * c->pad, wp = x->shape[3] + 2 * c->pad;
+  int64_t hp, wp, P, KP, NOP;
+  if (!sbn_add_i64(&hp, x->shape[2], 2 * (int64_t)c->pad) || !sbn_add_i64(&wp, x->shape[3], 2 * (int64_t)c->pad))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "Conv2d.forward: input %s: padded size overflows",
+                    sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape));
   if (hp < c->k || wp < c->k)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "Conv2d.forward: padded input %lldx%lld is smaller than the kernel %dx%d", (long long)hp,
                     (long long)wp, c->k, c->k);
   *Ho = (hp - c->k) / c->stride + 1;
   *Wo = (wp - c->k) / c->stride + 1;
+  /* The GEMMs count in int and the columns (K x P floats) and the output
+   * (N x out x P floats) must be addressable. */
+  if (!sbn_mul_i64(&P, *Ho, *Wo) || P > INT32_MAX || !sbn_mul_i64(&KP, c->in * c->k * c->k, P) ||
+      !sbn_mul_i64(&NOP, x->shape[0], c->out) || !sbn_mul_i64(&NOP, NOP, P) || !sbn_bytes(&(size_t){0}, KP, 8) ||
+      !sbn_bytes(&(size_t){0}, NOP, 8))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "Conv2d.forward: input %s gives a %lldx%lld output whose size overflows (at most %d "
+                    "output pixels per image)",
+                    sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape), (long long)*Ho, (long long)*Wo, INT32_MAX);
   return SBN_STATUS_OK;
 }
 

@@ -20,6 +20,11 @@ static sbn_status linear_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor 
                     sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape), (long long)L->in);
   }
   const int64_t rows = sbn_tensor_numel(x) / (L->in ? L->in : 1);
+  if (rows > INT32_MAX) { /* the BLAS interface counts rows in int */
+    char s[96];
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "Linear.forward: input shape %s has %lld rows (at most %d)",
+                    sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape), (long long)rows, INT32_MAX);
+  }
   float *out = sbn_nn_buf_reserve(&m->out, rows * L->out, "Linear.forward");
   if (!out) return SBN_STATUS_OUT_OF_MEMORY;
   if (rows > 0 && L->in > 0)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "module.h"
+#include "../core/checked.h"
 
 static const char *const kind_names[SBN_MODULE_KIND_COUNT_] = {
     "Sequential",  "Linear",      "Conv2d",      "ReLU",          "MaxPool2d",  "AdaptiveAvgPool2d",
@@ -36,8 +37,9 @@ sbn_nn_local *sbn_nn_add_local(sbn_module *m, const char *name, sbn_nn_entry_kin
   l->kind = kind;
   l->dtype = dtype;
   l->ndim = ndim;
-  l->numel = 1;
-  for (int i = 0; i < ndim; i++) l->shape[i] = shape[i], l->numel *= shape[i];
+  for (int i = 0; i < ndim; i++) l->shape[i] = shape[i];
+  /* Constructors check their sizes before they allocate the storage. */
+  if (!sbn_shape_numel(&l->numel, ndim, l->shape)) l->numel = -1;
   l->data = data;
   l->grad = grad;
   l->requires_grad = kind == SBN_NN_ENTRY_KIND_PARAMETER;
@@ -158,9 +160,13 @@ const char *sbn_nn_shape_str(char *buf, size_t cap, int ndim, const int64_t *sha
 }
 
 float *sbn_nn_buf_reserve(sbn_nn_buf *b, int64_t n, const char *who) {
-  size_t need = n > 0 ? (size_t)n : 1;
+  size_t need = n > 0 ? (size_t)n : 1, bytes;
+  if (n < 0 || !sbn_bytes(&bytes, (int64_t)need, sizeof(float))) {
+    sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %lld floats: size overflows", who, (long long)n);
+    return NULL;
+  }
   if (need > b->cap) {
-    float *p = realloc(b->p, need * sizeof(float));
+    float *p = realloc(b->p, bytes);
     if (!p) {
       sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory for %zu floats", who, need);
       return NULL;
@@ -197,6 +203,12 @@ static sbn_status check_tensor(const sbn_tensor *t, const char *call, const char
   for (int i = 0; i < t->ndim; i++)
     if (t->shape[i] < 0)
       return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has a negative dimension", call, name);
+  size_t bytes;
+  if (sbn_tensor_numel(t) < 0 || !sbn_bytes(&bytes, sbn_tensor_numel(t), 8)) {
+    char s[96];
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has shape %s whose size overflows", call, name,
+                    sbn_nn_shape_str(s, sizeof s, t->ndim, t->shape));
+  }
   if (!t->data && sbn_tensor_numel(t) > 0)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s has no data", call, name);
   return SBN_STATUS_OK;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "module.h"
+#include "../core/checked.h"
 
 typedef struct maxpool {
   int k, stride, pad;
@@ -20,11 +21,18 @@ static sbn_status maxpool_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "MaxPool2d.forward: expected 4D input, got %s",
                     sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape));
   const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
-  if (H + 2 * p->pad < p->k || W + 2 * p->pad < p->k)
+  int64_t hp, wp, total;
+  if (!sbn_add_i64(&hp, H, 2 * (int64_t)p->pad) || !sbn_add_i64(&wp, W, 2 * (int64_t)p->pad))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "MaxPool2d.forward: input %s: padded size overflows",
+                    sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape));
+  if (hp < p->k || wp < p->k)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "MaxPool2d.forward: input %s is smaller than the kernel %d",
                     sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape), p->k);
-  const int64_t Ho = (H + 2 * p->pad - p->k) / p->stride + 1, Wo = (W + 2 * p->pad - p->k) / p->stride + 1;
-  const int64_t total = N * C * Ho * Wo;
+  const int64_t Ho = (hp - p->k) / p->stride + 1, Wo = (wp - p->k) / p->stride + 1;
+  if (!sbn_mul_i64(&total, N, C) || !sbn_mul_i64(&total, total, Ho) || !sbn_mul_i64(&total, total, Wo) ||
+      !sbn_bytes(&(size_t){0}, total, 8))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "MaxPool2d.forward: input %s: output size overflows",
+                    sbn_nn_shape_str(s, sizeof s, x->ndim, x->shape));
   float *out = sbn_nn_buf_reserve(&m->out, total, "MaxPool2d.forward");
   if (!out) return SBN_STATUS_OUT_OF_MEMORY;
   if ((size_t)total > p->arg_cap) {
@@ -85,7 +93,7 @@ sbn_status sbn_nn_maxpool2d_create(sbn_module **out, int kernel_size, int stride
   if (!out) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: out is NULL", call);
   *out = NULL;
   if (stride == 0) stride = kernel_size;
-  if (kernel_size <= 0 || stride <= 0 || padding < 0 || 2 * padding > kernel_size)
+  if (kernel_size <= 0 || stride <= 0 || padding < 0 || padding > kernel_size / 2)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "%s: kernel %d, stride %d, padding %d: need kernel > 0, stride > 0 and padding at most "
                     "half the kernel",

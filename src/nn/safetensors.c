@@ -22,6 +22,7 @@
 
 #include "module.h"
 #include "safetensors.h"
+#include "../core/checked.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the safetensors reference limit */
 #define ST_MAX_DIMS 8
@@ -328,8 +329,10 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
     if (is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64) {
       int64_t v;
       memcpy(&v, f.data + t->begin, 8);
-      if (v < 0) {
-        st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" = %lld is negative", call, e[i].name, (long long)v);
+      if (v < 0 || v > SBN_NUM_BATCHES_TRACKED_MAX) {
+        st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "%s: \"%s\" = %lld is out of range [0, 2^53] (corrupt or foreign checkpoint?)", call,
+                      e[i].name, (long long)v);
         break;
       }
     }
@@ -415,6 +418,16 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
     if (!dtype_by_sbn(e[i].dtype) || e[i].numel < 0 || (e[i].numel > 0 && !e[i].data) || e[i].ndim < 0 ||
         e[i].ndim > SBN_MAX_DIMS)
       return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" has a bad dtype, shape or data", call, e[i].name);
+    int64_t numel;
+    size_t nb;
+    if (!sbn_shape_numel(&numel, e[i].ndim, e[i].shape) || numel != e[i].numel ||
+        !sbn_bytes(&nb, numel, (size_t)dtype_by_sbn(e[i].dtype)->size)) {
+      char sh[128];
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "%s: entry \"%s\" has numel %lld but its shape %s holds %s (nothing was written)", call,
+                      e[i].name, (long long)e[i].numel, sbn_nn_shape_str(sh, sizeof sh, e[i].ndim, e[i].shape),
+                      sbn_shape_numel(&numel, e[i].ndim, e[i].shape) ? "a different count" : "an overflowing count");
+    }
     for (int j = 0; j < i; j++)
       if (!strcmp(e[i].name, e[j].name))
         return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" appears twice", call, e[i].name);
