@@ -29,6 +29,11 @@ SCENARIOS = [
     (4, 2, (), [3, 1, 2, 4], 0, False, True, 0.1, 2),
     (2, 6, (5, 5), [2, 3], 0, True, False, 0.1, 2),
     (1, 3, (7, 3), [4], 1, True, True, 0.1, 2),
+    # every rank empty (global count 0): success, empty outputs, zero
+    # gradients, running statistics and num_batches_tracked untouched
+    (3, 4, (3, 3), [0, 0, 0], 0, True, True, 0.1, 2),
+    (2, 3, (), [0, 0], 1, True, True, None, 2),
+    (1, 2, (5,), [0], 0, True, True, 0.3, 2),
 ]
 
 
@@ -100,9 +105,9 @@ def run_scenario(binary, sc, seed, launcher=None):
             bt = b.clone().requires_grad_() if affine else None
             if training or track:
                 x = torch.cat(xs[s]).requires_grad_()
-                if training and track:
+                if training and track and sum(Ns) > 0:  # an empty global batch observes nothing
                     nbt += 1
-                mom = (1.0 / nbt if momentum is None else momentum) if (training and track) else 0.0
+                mom = (1.0 / max(nbt, 1) if momentum is None else momentum) if (training and track) else 0.0
                 y = F.batch_norm(x, rm, rv, wt, bt, training=training or not track, momentum=mom, eps=1e-5)
                 y.backward(torch.cat(dys[s]))
                 ys = list(torch.split(y.detach(), Ns))
@@ -115,7 +120,7 @@ def run_scenario(binary, sc, seed, launcher=None):
                     y.backward(dys[s][r])
                     ys.append(y.detach())
                     dxs.append(x.grad)
-            dxmax = max(float(t.abs().max()) for t in dxs if t.numel()) + 1e-30
+            dxmax = max((float(t.abs().max()) for t in dxs if t.numel()), default=0.0) + 1e-30
             for r in range(P):
                 yo = read(d, f"y_{s}_{r}.f32", shapes[r], layout)
                 dxo = read(d, f"dx_{s}_{r}.f32", shapes[r], layout)

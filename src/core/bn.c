@@ -11,6 +11,7 @@
 #include "../comm/comm.h"
 #include "../cpu/bn_kernels.h"
 #include "error.h"
+#include "bn_internal.h"
 #include "tensor.h"
 
 struct sbn_bn {
@@ -196,7 +197,12 @@ static sbn_status batch_stats(sbn_bn *bn, const void *x, sbn_geom g, int synced,
       synced ? sync_sums(bn, SBN_SIG_KIND_BN_FORWARD, (size_t)(2 * C + 1), g.dtype, local) : local;
   if (st != SBN_STATUS_OK) return st;
   const double n = bn->payload[2 * C];
-  if (n <= 1)
+  if (n == 0) { /* every rank empty: nothing observed (see sbn_bn_forward) */
+    for (int64_t c = 0; c < C; c++) bn->new_mean[c] = 0, bn->new_var[c] = 0, bn->new_invstd[c] = 0;
+    *count = 0;
+    return SBN_STATUS_OK;
+  }
+  if (n == 1)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_forward: expected more than 1 value per channel when training, got %.0f "
                     "value(s) per channel%s",
@@ -240,8 +246,8 @@ sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x) {
   }
 
   /* All checks passed: commit state. */
-  if (bn->training && bn->opt.track_running_stats) {
-    bn->num_batches_tracked++;
+  if (bn->training && bn->opt.track_running_stats && count > 0) {
+    if (bn->num_batches_tracked < SBN_NUM_BATCHES_TRACKED_MAX) bn->num_batches_tracked++; /* saturates */
     const double f = bn->opt.momentum == SBN_MOMENTUM_CUMULATIVE
                          ? 1.0 / (double)bn->num_batches_tracked
                          : bn->opt.momentum;
@@ -311,7 +317,7 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
     for (int64_t c = 0; c < C; c++) {
       double a = (bn->opt.affine ? bn->weight[c] : 1.0) * bn->invstd[c];
       bn->ka[c] = a;
-      if (bn->saved_batch_stats) {
+      if (bn->saved_batch_stats && bn->saved_count > 0) {
         bn->kb[c] = a * gsum_dy[c] / bn->saved_count;
         bn->kc[c] = a * bn->invstd[c] * bn->invstd[c] * gsum_dy_xmu[c] / bn->saved_count;
       } else {
@@ -383,9 +389,21 @@ sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value) {
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_set_num_batches_tracked: the layer has no num_batches_tracked "
                     "(track_running_stats = 0)");
-  if (value < 0)
+  if (value < 0 || value > SBN_NUM_BATCHES_TRACKED_MAX)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
-                    "sbn_bn_set_num_batches_tracked: value must be >= 0, got %lld", (long long)value);
+                    "sbn_bn_set_num_batches_tracked: value must be in [0, 2^53], got %lld", (long long)value);
   bn->num_batches_tracked = value;
   return SBN_STATUS_OK;
+}
+
+int sbn_bn_swap_storage(sbn_bn *a, sbn_bn *b) {
+  if (!a || !b || a->opt.num_features != b->opt.num_features || !a->opt.affine != !b->opt.affine ||
+      !a->opt.track_running_stats != !b->opt.track_running_stats)
+    return -1;
+  float *t;
+#define SBN_SWAP_(f) (t = a->f, a->f = b->f, b->f = t)
+  SBN_SWAP_(weight), SBN_SWAP_(bias), SBN_SWAP_(grad_weight), SBN_SWAP_(grad_bias);
+  SBN_SWAP_(running_mean), SBN_SWAP_(running_var);
+#undef SBN_SWAP_
+  return 0;
 }

@@ -31,6 +31,7 @@ CONFIGS = [
     (4, 2, False, 6, False, False, 0.1, 2, [2, 3, 2, 4], [], 1.0),  # no affine, no tracking
     (4, 5, False, 2, True, True, 0.3, 2, [1, 2, 0, 3], [2, 3, 2], 1e3),  # 5-D, ill-conditioned
     (3, 4, True, 4, True, True, 0.1, 2, [2, 1, 3], [2, 3], 1.0),  # channels-last 4-D
+    (3, 4, False, 3, True, True, 0.1, 2, [0, 0, 0], [2, 2], 1.0),  # every rank empty: global count 0
 ]
 
 
@@ -98,7 +99,7 @@ def run_config(binary, cfg, seed):
             bt = b.double().clone().requires_grad_(affine)
             xr = [x.double().clone().requires_grad_(True) for x in xs[s]]
             if training or track:
-                if training and track:
+                if training and track and sum(Ns) > 0:  # an empty global batch observes nothing
                     nbt += 1
                 factor = (1.0 / nbt if mom is None else mom) if training and track else 0.0
                 y = F.batch_norm(torch.cat(xr), rm, rv, wt if affine else None, bt if affine else None,

@@ -1,0 +1,132 @@
+/* Every rank empty (global count 0, the tail of a sharded dataset): the
+ * training forward succeeds with an empty output, running statistics and
+ * num_batches_tracked stay exactly as they were, and backward gives an empty
+ * dx and adds nothing to the gradients. A global count of exactly 1 stays an
+ * error on every rank. Run for P = 1 (no group), 2 and 3 thread ranks, after
+ * a real training step so that the state being protected is not trivial. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+enum { C = 3 };
+
+typedef struct snapshot {
+  float rm[C], rv[C], gw[C], gb[C];
+  int64_t nbt;
+} snapshot;
+
+static void snap(sbn_bn *bn, snapshot *s) {
+  sbn_tensor v;
+  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_MEAN), memcpy(s->rm, v.data, sizeof s->rm);
+  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_VAR), memcpy(s->rv, v.data, sizeof s->rv);
+  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_WEIGHT), memcpy(s->gw, v.data, sizeof s->gw);
+  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_BIAS), memcpy(s->gb, v.data, sizeof s->gb);
+  sbn_bn_get_num_batches_tracked(bn, &s->nbt);
+}
+
+typedef struct shared {
+  int failures[4];
+  sbn_status count_one[4];
+  char count_one_msg[4][512];
+} shared;
+
+static int rank_main(sbn_group *world, void *arg) {
+  shared *sh = arg;
+  const int rank = sbn_group_rank(world), P = sbn_group_size(world);
+  int *fail = &sh->failures[rank];
+  sbn_group_set_timeout(world, 10);
+  for (int momentum_kind = 0; momentum_kind < 2; momentum_kind++) {
+    sbn_bn_options o = sbn_bn_options_default(C);
+    o.momentum = momentum_kind ? SBN_MOMENTUM_CUMULATIVE : 0.1;
+    sbn_bn *bn;
+    CHECK_OK(sbn_bn_create(&bn, &o, P > 1 ? world : NULL));
+    /* one real step: running statistics move away from (0, 1), grads fill */
+    rng r = rng_seed(7 + (uint64_t)rank);
+    int64_t shape[4] = {2, C, 3, 2};
+    rank_data d;
+    rank_data_alloc(&d, 4, shape, SBN_LAYOUT_CHANNELS_FIRST);
+    double mean[C] = {1.5, -2, 4}, std[C] = {0.5, 2, 3};
+    rank_data_fill(&d, &r, mean, std);
+    sbn_tensor x = rank_tensor(&d, d.x), y = rank_tensor(&d, d.y), dy = rank_tensor(&d, d.dy),
+               dx = rank_tensor(&d, d.dx);
+    CHECK_OK(sbn_bn_forward(bn, &y, &x));
+    CHECK_OK(sbn_bn_backward(bn, &dx, &dy, &x));
+    snapshot before, after;
+    snap(bn, &before);
+
+    /* every rank empty; data pointers NULL as an empty tensor may have */
+    int64_t eshape[4] = {0, C, 3, 2};
+    sbn_tensor ex = sbn_tensor_cpu(NULL, 4, eshape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+    sbn_tensor ey = ex, edy = ex, edx = ex;
+    sbn_status st = sbn_bn_forward(bn, &ey, &ex);
+    if (st != SBN_STATUS_OK) {
+      printf("rank %d: empty forward: %s: %s (expected OK)\n", rank, sbn_status_name(st), sbn_last_error());
+      ++*fail;
+    }
+    st = sbn_bn_backward(bn, &edx, &edy, &ex);
+    if (st != SBN_STATUS_OK) {
+      printf("rank %d: empty backward: %s: %s (expected OK)\n", rank, sbn_status_name(st), sbn_last_error());
+      ++*fail;
+    }
+    snap(bn, &after);
+    if (memcmp(&before, &after, sizeof before)) {
+      printf("rank %d: state changed by an empty batch: nbt %lld -> %lld, rm[0] %g -> %g, rv[0] %g -> %g, "
+             "gw[0] %g -> %g\n",
+             rank, (long long)before.nbt, (long long)after.nbt, before.rm[0], after.rm[0], before.rv[0],
+             after.rv[0], before.gw[0], after.gw[0]);
+      ++*fail;
+    } else if (rank == 0 && momentum_kind == 0) {
+      printf("P=%d: empty step: OK, state bitwise unchanged (nbt %lld, rm[0] %.6f, rv[0] %.6f, gw[0] %.6f)\n", P,
+             (long long)after.nbt, after.rm[0], after.rv[0], after.gw[0]);
+    }
+    /* a normal step afterwards still trains */
+    CHECK_OK(sbn_bn_forward(bn, &y, &x));
+    snap(bn, &after);
+    if (after.nbt != before.nbt + 1) {
+      printf("rank %d: nbt %lld after the next real step (expected %lld)\n", rank, (long long)after.nbt,
+             (long long)before.nbt + 1);
+      ++*fail;
+    }
+    /* global count exactly 1: still an error, on every rank */
+    if (momentum_kind == 0) {
+      int64_t one[2] = {rank == 0 ? 1 : 0, C};
+      float v1[C] = {1, 2, 3}, o1[C];
+      sbn_tensor x1 = sbn_tensor_cpu(v1, 2, one, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+      sbn_tensor y1 = sbn_tensor_cpu(o1, 2, one, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+      snap(bn, &before);
+      sh->count_one[rank] = sbn_bn_forward(bn, &y1, &x1);
+      snprintf(sh->count_one_msg[rank], sizeof sh->count_one_msg[rank], "%s", sbn_last_error());
+      snap(bn, &after);
+      if (memcmp(&before, &after, sizeof before)) {
+        printf("rank %d: state changed by a failed count-1 forward\n", rank);
+        ++*fail;
+      }
+    }
+    rank_data_free(&d);
+    sbn_bn_destroy(bn);
+  }
+  return 0;
+}
+
+int main(void) {
+  int bad = 0;
+  for (int P = 1; P <= 3; P++) {
+    shared sh;
+    memset(&sh, 0, sizeof sh);
+    sbn_status st = sbn_team_run(P, rank_main, &sh);
+    if (st != SBN_STATUS_OK) {
+      printf("P=%d: team failed: %s: %s\n", P, sbn_status_name(st), sbn_last_error());
+      bad++;
+    }
+    for (int r = 0; r < P; r++) {
+      bad += sh.failures[r];
+      int ok = sh.count_one[r] == SBN_STATUS_INVALID_ARGUMENT && strstr(sh.count_one_msg[r], "more than 1 value");
+      printf("P=%d rank %d: global count 1 -> %s \"%s\" (expected SBN_STATUS_INVALID_ARGUMENT) %s\n", P, r,
+             sbn_status_name(sh.count_one[r]), sh.count_one_msg[r], ok ? "ok" : "FAIL");
+      bad += !ok;
+    }
+  }
+  printf(bad ? "FAIL: %d problem(s)\n" : "empty batches: all ok\n", bad);
+  return bad != 0;
+}
