@@ -105,8 +105,10 @@ typedef enum sbn_nn_entry_kind {
  * parameters and running statistics, int64 for num_batches_tracked, shape
  * [] i.e. ndim 0, numel 1): it may be read and written between calls, e.g.
  * by a broadcast of bytes(dtype) * numel from rank 0. grad: the parameter's
- * gradient (float32, numel values), NULL for buffers. The pointers stay
- * valid until the tree changes (convert/revert/destroy). */
+ * gradient (float32, numel values), NULL for buffers. The float32 data and
+ * grad pointers stay valid until the model is destroyed (convert/revert
+ * keep that memory); num_batches_tracked's data and `owner` only until the
+ * tree changes (convert/revert/destroy). */
 typedef struct sbn_nn_entry {
   char name[SBN_NN_NAME_MAX]; /* full name: "layer1.0.bn1.running_mean" */
   sbn_nn_entry_kind kind;
@@ -194,7 +196,13 @@ SBN_API sbn_status sbn_nn_basic_block_create(sbn_module **out, int64_t inplanes,
  * when the tree is wrapped (see sbn_module_set_wrapped), or when module is
  * itself a BatchNorm that has a parent (convert the parent instead).
  * Create layers and convert in the same order on every rank (the group
- * gives each SyncBatchNorm an ordinal to detect mismatched calls). */
+ * gives each SyncBatchNorm an ordinal to detect mismatched calls).
+ * Storage: as in PyTorch, the new modules keep the parameter, gradient and
+ * running-statistics memory of the ones they replace, so pointers taken
+ * before the convert (an SGD created earlier, sbn_nn_entry data/grad of
+ * those tensors) stay valid and refer to the converted model. When module
+ * itself is a BatchNorm, the returned module takes over its memory and
+ * `module` is left with equal copies. */
 SBN_API sbn_status sbn_nn_convert_sync_batchnorm(sbn_module **out, sbn_module *module, sbn_group *group);
 /* The reverse: every SyncBatchNorm becomes the BatchNorm kind it was
  * converted from (BatchNorm2d if created directly), group-free, keeping
@@ -230,7 +238,9 @@ typedef struct sbn_nn_sgd_options {
  * PyTorch's exact rule: g = grad + wd*p; buf = g at the first step, then
  * momentum*buf + (1-dampening)*g; g = nesterov ? g + momentum*buf : buf;
  * p -= lr*g. Nesterov needs momentum > 0 and dampening 0. The optimizer
- * keeps pointers into the tree: recreate it after convert/revert. */
+ * keeps pointers to the parameters' memory, which convert/revert preserve
+ * (an optimizer created before convert_sync_batchnorm keeps training the
+ * converted model, as in PyTorch); destroying the model invalidates it. */
 SBN_API sbn_status sbn_nn_sgd_create(sbn_nn_sgd **out, sbn_module *m, const sbn_nn_sgd_options *options);
 SBN_API sbn_status sbn_nn_sgd_step(sbn_nn_sgd *opt);
 SBN_API sbn_status sbn_nn_sgd_set_lr(sbn_nn_sgd *opt, double lr);

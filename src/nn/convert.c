@@ -1,9 +1,14 @@
 /* convert_sync_batchnorm and revert_sync_batchnorm over a module tree.
  * All or nothing: every replacement is built first (allocation and group
- * checks can fail), then swapped in; on failure the tree is unchanged. */
+ * checks can fail), then swapped in; on failure the tree is unchanged.
+ * Like PyTorch's convert, the replacement keeps the original's parameter
+ * and buffer storage (the memory moves to the new module, the discarded one
+ * gets equal copies), so an optimizer created before the convert keeps
+ * updating the live parameters. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/bn_internal.h"
 #include "module.h"
 
 static int is_plain_bn(const sbn_module *m) {
@@ -42,6 +47,22 @@ static sbn_status rebuild(sbn_module **out, const sbn_module *old, sbn_module_ki
   m->training = old->training;
   *out = m;
   return SBN_STATUS_OK;
+}
+
+/* Give `repl` the storage of `old` (equal values: repl was built as a copy),
+ * in the core layers and in the modules' entries; nothing can fail. */
+static void adopt_storage(sbn_module *repl, sbn_module *old) {
+  sbn_bn *obn = NULL, *nbn = NULL;
+  sbn_module_bn(&obn, old), sbn_module_bn(&nbn, repl);
+  if (sbn_bn_swap_storage(obn, nbn) != 0) return; /* same options by construction */
+  for (int i = 0; i < old->nlocal; i++) {
+    sbn_nn_local *a = &old->local[i], *b = sbn_nn_find_local(repl, a->name);
+    if (!b || a->dtype != SBN_DTYPE_FLOAT32) continue; /* num_batches_tracked lives in the module */
+    void *d = a->data;
+    float *g = a->grad;
+    a->data = b->data, a->grad = b->grad;
+    b->data = d, b->grad = g;
+  }
 }
 
 typedef struct slot {
@@ -96,7 +117,9 @@ static sbn_status transform(sbn_module **out, sbn_module *module, sbn_group *gro
                       "%s: this %s is a child of a %s: convert its parent, which replaces it in place", call,
                       sbn_module_kind_name(module->kind), sbn_module_kind_name(module->parent->kind));
     sbn_module_kind k = to_sync ? SBN_MODULE_KIND_SYNC_BATCHNORM : sbn_nn_bn_revert_kind(module);
-    return rebuild(out, module, k, to_sync ? module->kind : k, to_sync ? group : NULL);
+    sbn_status st = rebuild(out, module, k, to_sync ? module->kind : k, to_sync ? group : NULL);
+    if (st == SBN_STATUS_OK) adopt_storage(*out, module);
+    return st;
   }
   slots S = {NULL, 0, 0};
   sbn_status st = collect(&S, module, match);
@@ -112,6 +135,7 @@ static sbn_status transform(sbn_module **out, sbn_module *module, sbn_group *gro
   }
   for (int i = 0; i < S.n; i++) {
     sbn_module **pos = &S.s[i].parent->child[S.s[i].index];
+    adopt_storage(S.s[i].repl, *pos);
     sbn_nn_module_free(*pos);
     *pos = S.s[i].repl;
     S.s[i].repl->parent = S.s[i].parent;
