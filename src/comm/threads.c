@@ -355,6 +355,7 @@ typedef struct run_arg {
   sbn_rank_fn fn;
   void *arg;
   int result;
+  char msg[768]; /* the rank's last error when it failed (thread-local there) */
 } run_arg;
 
 static void *run_rank(void *p) {
@@ -362,6 +363,7 @@ static void *run_rank(void *p) {
   sbn_group *world = NULL;
   sbn_status st = sbn_team_join(&world, a->team, a->rank);
   a->result = st != SBN_STATUS_OK ? (int)st : a->fn(world, a->arg);
+  if (a->result != 0) snprintf(a->msg, sizeof a->msg, "%s", sbn_last_error());
   sbn_group_destroy(world);
   return NULL;
 }
@@ -380,7 +382,7 @@ sbn_status sbn_team_run(int size, sbn_rank_fn fn, void *arg) {
   }
   int started = 0;
   for (; started < size; started++) {
-    args[started] = (run_arg){team, started, fn, arg, 0};
+    args[started] = (run_arg){team, started, fn, arg, 0, ""};
     if (pthread_create(&tids[started], NULL, run_rank, &args[started]) != 0) break;
   }
   for (int r = 0; r < started; r++) pthread_join(tids[r], NULL);
@@ -388,10 +390,17 @@ sbn_status sbn_team_run(int size, sbn_rank_fn fn, void *arg) {
   if (started < size)
     result = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_team_run: could only start %d of %d threads",
                       started, size);
+  /* The lowest failing rank's status and message, naming the rank (a
+   * return value that is no status becomes INTERNAL, with the value). */
   for (int r = 0; r < started && result == SBN_STATUS_OK; r++)
-    if (args[r].result != 0)
-      result = args[r].result > 0 && args[r].result < SBN_STATUS_COUNT_ ? (sbn_status)args[r].result
-                                                                       : SBN_STATUS_INTERNAL;
+    if (args[r].result != 0) {
+      const int v = args[r].result;
+      const int is_status = v > 0 && v < SBN_STATUS_COUNT_;
+      result = is_status ? (sbn_status)v : SBN_STATUS_INTERNAL;
+      sbn_fail(result, "sbn_team_run: rank %d of %d returned %d (%s)%s%s", r, size, v,
+               is_status ? sbn_status_name((sbn_status)v) : "not an sbn_status", args[r].msg[0] ? ": " : "",
+               args[r].msg[0] ? args[r].msg : ", with no error message recorded on that rank");
+    }
   free(args), free(tids);
   sbn_team_destroy(team);
   return result;

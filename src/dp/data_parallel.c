@@ -9,6 +9,7 @@
 #include "../core/error.h"
 #include "buckets.h"
 #include "comm_worker.h"
+#include "dp_testhook.h"
 
 struct sbn_dp {
   sbn_module *model;
@@ -25,6 +26,17 @@ struct sbn_dp {
   int nbuckets;
   int64_t steps;
 };
+
+sbn_dp_fault sbn_dp_test_fault = SBN_DP_FAULT_NONE;
+int sbn_dp_test_fault_rank = -1;
+int sbn_dp_test_fault_times = 0;
+
+static sbn_status injected(sbn_group *g, sbn_dp_fault where, const char *what) {
+  if (sbn_dp_test_fault != where || sbn_group_rank(g) != sbn_dp_test_fault_rank) return SBN_STATUS_OK;
+  if (sbn_dp_test_fault_times <= 0) return SBN_STATUS_OK;
+  sbn_dp_test_fault_times--;
+  return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_dp_wrap: %s failed (injected by a test)", what);
+}
 
 sbn_dp_options sbn_dp_options_default(void) {
   sbn_dp_options o;
@@ -77,13 +89,19 @@ static sbn_status agree(sbn_group *g, sbn_status local, const char *what) {
   snprintf(keep, sizeof keep, "%s", sbn_last_error());
   flags[me] = local != SBN_STATUS_OK ? 1.0 + (double)local : 0.0;
   sbn_status st = sbn_group_allreduce(g, flags, (size_t)P, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
-  int first = -1;
-  for (int r = 0; st == SBN_STATUS_OK && r < P && first < 0; r++)
-    if (flags[r] != 0) first = r;
+  int first = -1, nfailed = 0;
+  sbn_status theirs = SBN_STATUS_OK;
+  for (int r = 0; st == SBN_STATUS_OK && r < P; r++)
+    if (flags[r] != 0) {
+      nfailed++;
+      if (first < 0) first = r, theirs = (sbn_status)(int)(flags[r] - 1.0);
+    }
   free(flags);
   if (local != SBN_STATUS_OK) return sbn_fail(local, "%s", keep);
   if (st != SBN_STATUS_OK) return st;
-  if (first >= 0) return sbn_fail(SBN_STATUS_PEER_FAILED, "%s: rank %d failed", what, first);
+  if (first >= 0)
+    return sbn_fail(SBN_STATUS_PEER_FAILED, "%s: rank %d failed with %s (%d of %d ranks failed)", what, first,
+                    sbn_status_name(theirs), nfailed, P);
   return SBN_STATUS_OK;
 }
 
@@ -127,6 +145,12 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
     st = sbn_fail(SBN_STATUS_BAD_STATE, "%s: the model is already wrapped", call);
   else if (options && options->reduce != SBN_DP_REDUCE_AVERAGE && options->reduce != SBN_DP_REDUCE_SUM)
     st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: unknown reduce mode %d", call, (int)options->reduce);
+  else if (options && (options->num_params_to_ignore < 0 ||
+                       (options->num_params_to_ignore > 0 && !options->params_to_ignore)))
+    st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                  "%s: options.params_to_ignore is %s with num_params_to_ignore = %d (need a list of that many "
+                  "names, or 0)",
+                  call, options->params_to_ignore ? "a list" : "NULL", options->num_params_to_ignore);
   if (st == SBN_STATUS_OK) st = check_sync_groups(model, "", group);
 
   sbn_dp *dp = NULL;
@@ -165,13 +189,26 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
   if (st == SBN_STATUS_OK)
     st = sbn_buckets_plan(&dp->buckets, &dp->nbuckets, dp->params, dp->child_index, dp->nparams,
                          dp->opt.bucket_bytes);
+  if (st == SBN_STATUS_OK) st = injected(group, SBN_DP_FAULT_PLAN, "bucket planning");
+  /* Planning is local: agree before the next collective (the split), so a
+   * rank that failed here does not leave the others waiting in it. */
+  st = agree(group, st, "sbn_dp_wrap: bucket planning");
   /* The communication thread gets its own group so its collectives never
    * interleave with the SyncBN collectives of the compute thread. Only the
    * threads backend is known to allow two threads in collectives at once. */
   int use_worker = dp && dp->opt.overlap && sbn_group_size(group) > 1 &&
                    !strcmp(sbn_group_backend(group), "threads");
-  if (st == SBN_STATUS_OK && use_worker) st = sbn_group_split(&dp->comm_group, group, 0, sbn_group_rank(group));
-  if (st == SBN_STATUS_OK && use_worker) st = sbn_worker_start(&dp->worker, dp->comm_group);
+  if (use_worker) {
+    sbn_status ok_before = st;
+    if (st == SBN_STATUS_OK) st = sbn_group_split(&dp->comm_group, group, 0, sbn_group_rank(group));
+    if (st == SBN_STATUS_OK) st = injected(group, SBN_DP_FAULT_SPLIT, "the communication group's split");
+    if (st == SBN_STATUS_OK) st = sbn_worker_start(&dp->worker, dp->comm_group);
+    if (st == SBN_STATUS_OK) st = injected(group, SBN_DP_FAULT_WORKER, "starting the communication thread");
+    /* The split's local part and the thread start can fail on one rank:
+     * one more agreement, so every rank returns now with the same verdict
+     * (skipped when the previous agreement already failed everywhere). */
+    if (ok_before == SBN_STATUS_OK) st = agree(group, st, "sbn_dp_wrap: communication thread");
+  }
   if (st == SBN_STATUS_OK) st = sbn_module_set_wrapped(model, 1);
   free(entries);
   if (st != SBN_STATUS_OK) {
