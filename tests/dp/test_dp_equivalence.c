@@ -164,6 +164,8 @@ int main(int argc, char **argv) {
   st = sbn_team_run(P, rank_main, NULL);
   if (st != SBN_STATUS_OK) return 1;
   bad |= compare(&ranks_out[0], &single, P, "negative control, local BN + wrapper", 0);
+  for (int r = 0; r < P; r++) free(ranks_out[r].params);
+  free(single.params);
   printf(bad ? "FAILED\n" : "data-parallel equivalence holds (and the control differs)\n");
   return bad;
 }

@@ -1,0 +1,63 @@
+# Sanitizer builds of the whole project, each in its own build directory:
+#
+#   make check-asan   AddressSanitizer + UndefinedBehaviorSanitizer (+ leak
+#                     checking), build-asan/, the whole suite
+#   make check-tsan   ThreadSanitizer, build-tsan/, the whole suite
+#   make check-sanitize-quick   the subset `make check` runs (SAN_QUICK_*)
+#
+# Both build without MPI (MPICC=): Open MPI is not instrumented and its own
+# allocations and progress threads drown the reports; the MPI paths run in
+# the normal suite. The TSan build also leaves OpenMP out (-fno-openmp):
+# libgomp is not instrumented, so TSan cannot see its barriers and reports
+# every kernel's partial sums as racing. The kernels then run on one thread
+# per rank with the same bits (their thread-count independence is checked by
+# tests/cpu/test_cpu_determinism in the normal build); what TSan checks is
+# the ranks' threads, the groups and the wrapper's communication thread.
+# Suppressions (tests/sanitize/*.supp) say why each entry is there.
+.DEFAULT_GOAL := all
+
+# Added by the sanitizer builds (empty otherwise); used for compiling and
+# linking alike.
+SAN_CFLAGS ?=
+CFLAGS += $(SAN_CFLAGS)
+LDLIBS += $(SAN_CFLAGS)
+ifeq ($(SBN_OPENMP),0)
+LIB_LDLIBS := $(filter-out -fopenmp,$(LIB_LDLIBS))
+$(BUILD)/src/cpu/cpu_parallel.o: CFLAGS += -fno-openmp
+endif
+
+# tests/cpu/test_cpu_noalloc replaces malloc for the whole process to count
+# calls, which no sanitizer runtime allows: it runs in the normal suite only.
+ifneq ($(strip $(SAN_CFLAGS)),)
+TESTS := $(filter-out cpu/test_cpu_noalloc,$(TESTS))
+endif
+
+ASAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+TSAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+SAN_SUPP := $(CURDIR)/tests/sanitize
+ASAN_ENV := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1 \
+            LSAN_OPTIONS=suppressions=$(SAN_SUPP)/lsan.supp:print_suppressions=0 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(SAN_SUPP)/ubsan.supp
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SAN_SUPP)/tsan.supp:report_signal_unsafe=0
+ASAN_MAKE := $(MAKE) --no-print-directory BUILD=build-asan MPICC= SAN_CFLAGS="$(ASAN_CFLAGS)"
+TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan MPICC= SBN_OPENMP=0 SAN_CFLAGS="$(TSAN_CFLAGS)"
+
+# The subset run by `make check` (a few minutes on 2 cores): the tests of
+# misuse, faults, limits and bad input under ASan/UBSan, and the tests whose
+# ranks and threads share memory under TSan. The full runs are the targets
+# above.
+SAN_QUICK_ASAN := test_misuse test_empty nn/test_nn_limits nn/test_nn_checkpoint test_bad_input
+SAN_QUICK_TSAN := test_groups test_misuse test_empty cmd:build-tsan/tests/dp/test_dp_wrap
+
+.PHONY: check-asan check-tsan check-sanitize-quick
+check-asan:
+	+@$(ASAN_MAKE) all
+	+@env $(ASAN_ENV) $(ASAN_MAKE) check
+check-tsan:
+	+@$(TSAN_MAKE) all
+	+@env $(TSAN_ENV) $(TSAN_MAKE) check
+check-sanitize-quick:
+	+@$(ASAN_MAKE) $(SAN_QUICK_ASAN:%=build-asan/tests/%)
+	+@env $(ASAN_ENV) scripts/run_tests.sh build-asan $(SAN_QUICK_ASAN)
+	+@$(TSAN_MAKE) $(filter-out cmd:%,$(SAN_QUICK_TSAN:%=build-tsan/tests/%)) build-tsan/tests/dp/test_dp_wrap
+	+@env $(TSAN_ENV) scripts/run_tests.sh build-tsan $(SAN_QUICK_TSAN)
