@@ -16,19 +16,16 @@
 # Suppressions (tests/sanitize/*.supp) say why each entry is there.
 .DEFAULT_GOAL := all
 
-# Added by the sanitizer builds (empty otherwise); used for compiling and
-# linking alike.
-SAN_CFLAGS ?=
-CFLAGS += $(SAN_CFLAGS)
-LDLIBS += $(SAN_CFLAGS)
+# The sanitizer builds pass CFLAGS (the user's variable: they replace the
+# optimization flags) and SBN_SANITIZE=1; SBN_OPENMP=0 leaves OpenMP out.
 ifeq ($(SBN_OPENMP),0)
 LIB_LDLIBS := $(filter-out -fopenmp,$(LIB_LDLIBS))
-$(BUILD)/src/cpu/cpu_parallel.o: CFLAGS += -fno-openmp
+$(BUILD)/src/cpu/cpu_parallel.o: SBN_CFLAGS += -fno-openmp
 endif
 
 # tests/cpu/test_cpu_noalloc replaces malloc for the whole process to count
 # calls, which no sanitizer runtime allows: it runs in the normal suite only.
-ifneq ($(strip $(SAN_CFLAGS)),)
+ifeq ($(SBN_SANITIZE),1)
 TESTS := $(filter-out cpu/test_cpu_noalloc,$(TESTS))
 endif
 
@@ -39,8 +36,8 @@ ASAN_ENV := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:allocator_may_return_nu
             LSAN_OPTIONS=suppressions=$(SAN_SUPP)/lsan.supp:print_suppressions=0 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(SAN_SUPP)/ubsan.supp
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SAN_SUPP)/tsan.supp:report_signal_unsafe=0
-ASAN_MAKE := $(MAKE) --no-print-directory BUILD=build-asan MPICC= SAN_CFLAGS="$(ASAN_CFLAGS)"
-TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan MPICC= SBN_OPENMP=0 SAN_CFLAGS="$(TSAN_CFLAGS)"
+ASAN_MAKE := $(MAKE) --no-print-directory BUILD=build-asan MPICC= SBN_SANITIZE=1 CFLAGS="$(ASAN_CFLAGS)"
+TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan MPICC= SBN_SANITIZE=1 SBN_OPENMP=0 CFLAGS="$(TSAN_CFLAGS)"
 
 # The subset run by `make check` (a few minutes on 2 cores): the tests of
 # misuse, faults, limits and bad input under ASan/UBSan, and the tests whose
