@@ -7,6 +7,7 @@ DEPS_TEST += binutils clang libomp-dev cmake pkgconf
 # Headers of the backend libraries; every other public header is libsyncbn's.
 BACKEND_HEADERS := include/syncbn_mpi.h
 CORE_HEADERS = $(filter-out $(BACKEND_HEADERS),$(sort $(wildcard include/*.h)))
+TESTS += nn/test_nn_blas_threads
 EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_backend_host_v1 $(BUILD)/libsyncbn.so $(CORE_HEADERS)' \
                    'cmd:scripts/check_exports.sh $(BUILD)/libsyncbn_mpi.so include/syncbn_mpi.h' \
                    'cmd:tests/pkg/test_user_flags.sh' \

@@ -79,6 +79,10 @@ static inline sbn_status sbn_comm_allreduce(sbn_group *g, void *buf, size_t coun
   return g->ops->allreduce(g, buf, count, dtype, sig);
 }
 
+/* Thread ranks (threads backend) alive in this process, over all teams: a
+ * rank counts from sbn_team_join until its world handle is destroyed. */
+int sbn_threads_ranks_in_process(void);
+
 /* Message helper for backends: the error to report when the signatures of
  * the ranks differ or carry errors. Returns the status every rank returns and
  * records the message. sigs[r] is rank r's signature. */

@@ -36,7 +36,13 @@ typedef struct rendezvous {
   char broken_msg[600];
   slot *slots;
   sbn_sig *sigs;
+  int is_world;  /* a team's world: its handles are the process's thread ranks */
 } rendezvous;
+
+/* Thread ranks alive in this process (joined world handles not yet
+ * destroyed, over all teams): the ranks that share the cores. */
+static int ranks_alive;
+int sbn_threads_ranks_in_process(void) { return __atomic_load_n(&ranks_alive, __ATOMIC_RELAXED); }
 
 static const sbn_comm_ops threads_ops;
 
@@ -283,7 +289,10 @@ static sbn_status threads_split(sbn_group **out, sbn_group *g, int color, int ke
   return SBN_STATUS_OK;
 }
 
-static void threads_destroy(sbn_group *g) { rv_release(g->impl); }
+static void threads_destroy(sbn_group *g) {
+  if (((rendezvous *)g->impl)->is_world) __atomic_fetch_sub(&ranks_alive, 1, __ATOMIC_RELAXED);
+  rv_release(g->impl);
+}
 
 static const sbn_comm_ops threads_ops = {
     "threads", threads_allreduce, threads_broadcast, threads_barrier, threads_split, threads_destroy,
@@ -307,6 +316,7 @@ sbn_status sbn_team_create(sbn_team **out, int size) {
   sbn_team *t = calloc(1, sizeof *t);
   if (t) t->joined = calloc((size_t)size, 1);
   if (t && t->joined) t->world = rv_create(size, 1);
+  if (t && t->world) t->world->is_world = 1;
   if (!t || !t->joined || !t->world) {
     if (t) free(t->joined);
     free(t);
@@ -336,6 +346,7 @@ sbn_status sbn_team_join(sbn_group **world, sbn_team *team, int rank) {
   pthread_mutex_lock(&team->world->mu);
   team->world->refs++;
   pthread_mutex_unlock(&team->world->mu);
+  __atomic_fetch_add(&ranks_alive, 1, __ATOMIC_RELAXED);
   *world = g;
   return SBN_STATUS_OK;
 }

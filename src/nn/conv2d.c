@@ -2,11 +2,11 @@
  * per sample, im2col then one OpenBLAS sgemm; backward recomputes the
  * columns (no per-batch column storage) for the weight gradient and
  * scatters W^T dy back with col2im. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas.h"
 #include "module.h"
 #include "../core/checked.h"
 
@@ -102,7 +102,7 @@ static sbn_status conv_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x
   for (int64_t n = 0; n < N; n++) {
     im2col(col, xd + n * c->in * H * W, c->in, H, W, c->k, c->stride, c->pad, Ho, Wo);
     float *yn = out + n * c->out * P;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->out, (int)P, (int)K, 1.0f, c->w, (int)K, col,
+    sbn_nn_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->out, (int)P, (int)K, 1.0f, c->w, (int)K, col,
                 (int)P, 0.0f, yn, (int)P);
     if (c->b)
       for (int64_t o = 0; o < c->out; o++)
@@ -129,10 +129,10 @@ static sbn_status conv_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor 
     const float *dyn = d + n * c->out * P;
     if (want_w) {
       im2col(col, xd + n * c->in * H * W, c->in, H, W, c->k, c->stride, c->pad, Ho, Wo);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->out, (int)K, (int)P, 1.0f, dyn, (int)P, col,
+      sbn_nn_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->out, (int)K, (int)P, 1.0f, dyn, (int)P, col,
                   (int)P, 1.0f, c->gw, (int)K);
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)P, (int)c->out, 1.0f, c->w, (int)K, dyn,
+    sbn_nn_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)P, (int)c->out, 1.0f, c->w, (int)K, dyn,
                 (int)P, 0.0f, dcol, (int)P);
     col2im_add(g + n * c->in * H * W, dcol, c->in, H, W, c->k, c->stride, c->pad, Ho, Wo);
   }

@@ -1,9 +1,9 @@
 /* Linear: y = x W^T + b over the last dimension, with OpenBLAS sgemm. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas.h"
 #include "module.h"
 
 typedef struct linear {
@@ -28,7 +28,7 @@ static sbn_status linear_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor 
   float *out = sbn_nn_buf_reserve(&m->out, rows * L->out, "Linear.forward");
   if (!out) return SBN_STATUS_OUT_OF_MEMORY;
   if (rows > 0 && L->in > 0)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L->out, (int)L->in, 1.0f, x->data,
+    sbn_nn_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L->out, (int)L->in, 1.0f, x->data,
                 (int)L->in, L->w, (int)L->in, 0.0f, out, (int)L->out);
   else
     memset(out, 0, sizeof(float) * (size_t)(rows * L->out));
@@ -49,12 +49,12 @@ static sbn_status linear_backward(sbn_module *m, sbn_tensor *dx, const sbn_tenso
   if (!g) return SBN_STATUS_OUT_OF_MEMORY;
   const float *d = dy->data, *x = m->x.data;
   if (rows > 0 && L->in > 0 && L->out > 0)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)L->in, (int)L->out, 1.0f, d,
+    sbn_nn_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)L->in, (int)L->out, 1.0f, d,
                 (int)L->out, L->w, (int)L->in, 0.0f, g, (int)L->in);
   else
     memset(g, 0, sizeof(float) * (size_t)(rows * L->in));
   if (m->local[0].requires_grad && rows > 0)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L->out, (int)L->in, (int)rows, 1.0f, d,
+    sbn_nn_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L->out, (int)L->in, (int)rows, 1.0f, d,
                 (int)L->out, x, (int)L->in, 1.0f, L->gw, (int)L->in);
   if (L->b && m->local[1].requires_grad)
     for (int64_t j = 0; j < L->out; j++) {
