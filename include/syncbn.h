@@ -210,8 +210,13 @@ SBN_API sbn_status sbn_group_destroy(sbn_group *group);
 typedef enum sbn_reduce_op { SBN_REDUCE_OP_SUM = 0 } sbn_reduce_op;
 
 /* In-place all-reduce of `count` values of dtype FLOAT32 or FLOAT64 in host
- * memory. Results are bitwise identical on every rank and from run to run:
- * values are summed in rank order (float32 accumulates in float64). */
+ * memory. Results are bitwise identical on every rank, from run to run and
+ * between backends: the sum is computed exactly and rounded once (to
+ * nearest, ties to even), independent of the order in which the engine
+ * combines the ranks. Error <= ulp/2 + P * 2^-76 * max|term| (terms more than
+ * 2^76 below the largest may be dropped). An exactly zero sum is +0; NaN, or
+ * +inf with -inf, gives NaN; otherwise an infinite term gives that infinity.
+ * At most 65536 ranks per group. */
 SBN_API sbn_status sbn_group_allreduce(sbn_group *group, void *buf, size_t count, sbn_dtype dtype,
                                        sbn_reduce_op op);
 /* Copy `bytes` bytes from `root`'s buf into every other rank's buf. */

@@ -64,6 +64,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "exact_sum.h"
 
 #if !SBN_WITH_MPI
 
@@ -354,22 +355,17 @@ static sbn_status begin(sbn_group *g, const sbn_sig *sig, double *deadline) {
   return SBN_STATUS_OK;
 }
 
-/* dst[i] = sum over q in rank order of src[q][i] (float64 accumulation);
- * dst may be one of the sources (each element is read before written). */
+/* dst[i] = exact sum over q of src[q][i], rounded once (exact_sum.c, as
+ * the threads backend); dst may be one of the sources. */
 static void ordered_sum(void *dst, const void *const *src, int P, size_t n, sbn_dtype dtype) {
-  if (dtype == SBN_DTYPE_FLOAT64) {
-    double *out = dst;
-    for (size_t i = 0; i < n; i++) {
-      double s = 0;
-      for (int q = 0; q < P; q++) s += ((const double *)src[q])[i];
-      out[i] = s;
-    }
-  } else {
-    float *out = dst;
-    for (size_t i = 0; i < n; i++) {
-      double s = 0;
-      for (int q = 0; q < P; q++) s += ((const float *)src[q])[i];
-      out[i] = (float)s;
+  for (size_t i = 0; i < n; i++) {
+    sbn_xbin acc = sbn_xsum_zero();
+    if (dtype == SBN_DTYPE_FLOAT64) {
+      for (int q = 0; q < P; q++) sbn_xsum_add(&acc, ((const double *)src[q])[i]);
+      sbn_xsum_decode_f64((double *)dst + i, &acc, 1);
+    } else {
+      for (int q = 0; q < P; q++) sbn_xsum_add(&acc, ((const float *)src[q])[i]);
+      sbn_xsum_decode_f32((float *)dst + i, &acc, 1);
     }
   }
 }
@@ -412,7 +408,7 @@ static sbn_status reduce_scatter_gather(sbn_group *g, void *buf, size_t count, s
   if (rc != MPI_SUCCESS) return backend_error(g, rc, "MPI_Ialltoallv", sig->what);
   sbn_status st = wait_all(g, 1, &req, &peer, sig->what, deadline);
   if (st != SBN_STATUS_OK) return st;
-  const void *src[DIRECT_MAX_P];
+  const void *src[DIRECT_MAX_P] = {0};
   const void **srcs = P <= DIRECT_MAX_P ? src : malloc(sizeof(void *) * (size_t)P);
   if (!srcs) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory", g->name);
   for (int q = 0; q < P; q++) srcs[q] = (const char *)m->scratch + esize * mine * (size_t)q;

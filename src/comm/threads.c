@@ -7,8 +7,9 @@
  * within the group's timeout breaks the group: the waiting ranks fail with
  * a message naming the missing ranks, later calls fail at once.
  *
- * Reductions sum in rank order 0..P-1 (float64 accumulation), so every rank
- * gets bitwise the same result, run after run. */
+ * Reductions are exact sums rounded once (exact_sum.c): independent of the
+ * order of the ranks, so every rank gets bitwise the same result, run after
+ * run, and the same bits as the MPI backend. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 
 #include "comm.h"
+#include "exact_sum.h"
 
 typedef struct slot {
   void *buf; /* the rank's buffer for this collective */
@@ -153,21 +155,18 @@ static sbn_status close_collective(sbn_group *g, const sbn_sig *sig, sbn_status 
   return verdict;
 }
 
-/* Sum elements [lo, hi) over all ranks in rank order into dst. */
+/* Sum elements [lo, hi) over all ranks into dst: exact summation
+ * (exact_sum.c), so the result does not depend on the order of the ranks and
+ * equals the MPI backend's bit for bit. */
 static void reduce_range(const rendezvous *rv, void *dst, size_t lo, size_t hi, sbn_dtype dtype) {
-  if (dtype == SBN_DTYPE_FLOAT64) {
-    double *out = dst;
-    for (size_t i = lo; i < hi; i++) {
-      double s = 0;
-      for (int q = 0; q < rv->size; q++) s += ((const double *)rv->slots[q].buf)[i];
-      out[i - lo] = s;
-    }
-  } else {
-    float *out = dst;
-    for (size_t i = lo; i < hi; i++) {
-      double s = 0;
-      for (int q = 0; q < rv->size; q++) s += ((const float *)rv->slots[q].buf)[i];
-      out[i - lo] = (float)s;
+  for (size_t i = lo; i < hi; i++) {
+    sbn_xbin acc = sbn_xsum_zero();
+    if (dtype == SBN_DTYPE_FLOAT64) {
+      for (int q = 0; q < rv->size; q++) sbn_xsum_add(&acc, ((const double *)rv->slots[q].buf)[i]);
+      sbn_xsum_decode_f64((double *)dst + (i - lo), &acc, 1);
+    } else {
+      for (int q = 0; q < rv->size; q++) sbn_xsum_add(&acc, ((const float *)rv->slots[q].buf)[i]);
+      sbn_xsum_decode_f32((float *)dst + (i - lo), &acc, 1);
     }
   }
 }

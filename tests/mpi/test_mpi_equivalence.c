@@ -121,8 +121,8 @@ static void collect(mcase *mc, int rank) {
 /* The group collectives directly, in both payload regimes (in the envelope,
  * and the ordered reduce-scatter beyond 64 KiB): every rank generates every
  * rank's values (wide exponents, so the summation order shows in the last
- * bits), and the result must equal the rank-ordered float64 sum, which is
- * the threads backend's definition, bitwise. Also broadcast and barrier,
+ * bits), and the result must equal the correctly rounded exact sum (the
+ * definition of both backends), bitwise. Also broadcast and barrier,
  * on the world and on a split sub-group. Returns failures (rank 0's count). */
 static int check_collectives(sbn_group *g, int rank, const char *label) {
   const int P = sbn_group_size(g), me = sbn_group_rank(g);
@@ -141,10 +141,14 @@ static int check_collectives(sbn_group *g, int rank, const char *label) {
       }
       size_t order_matters = 0;
       for (size_t i = 0; i < n; i++) {
+        /* want: the exact sum rounded once (terms span < 2^100, so their
+         * binary128 sum is exact); order_matters: elements where a float64
+         * sum in rank order and in reverse order differ */
+        __float128 exact = 0;
         double s = 0, rev = 0;
-        for (int q = 0; q < P; q++) s += all[(size_t)q * n + i];
+        for (int q = 0; q < P; q++) s += all[(size_t)q * n + i], exact += all[(size_t)q * n + i];
         for (int q = P - 1; q >= 0; q--) rev += all[(size_t)q * n + i];
-        want[i] = dt ? (double)(float)s : s;
+        want[i] = dt ? (double)(float)exact : (double)exact;
         order_matters += dt ? (float)s != (float)rev : s != rev;
         if (dt) minef[i] = (float)all[(size_t)me * n + i];
         else mine[i] = all[(size_t)me * n + i];
@@ -158,8 +162,8 @@ static int check_collectives(sbn_group *g, int rank, const char *label) {
       MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
       bad += any;
       if (rank == 0)
-        printf("%-4s %s allreduce %6zu x %s (%zu bytes, %s): %zu elements differ from the rank-ordered sum "
-               "(reverse order would change %zu)%s%s\n", any ? "FAIL" : "ok", label, n, dt ? "float32" : "float64",
+        printf("%-4s %s allreduce %6zu x %s (%zu bytes, %s): %zu elements differ from the correctly rounded "
+               "exact sum (float64 sums in and against rank order differ in %zu)%s%s\n", any ? "FAIL" : "ok", label, n, dt ? "float32" : "float64",
                n * (dt ? 4 : 8), n * (dt ? 4 : 8) <= 65536 ? "in the envelope" : "ordered reduce-scatter", wrong,
                order_matters, st ? " status " : "", st ? sbn_status_name(st) : "");
       free(all), free(want), free(mine);
