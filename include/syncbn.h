@@ -185,7 +185,10 @@ SBN_API int sbn_group_contains(const sbn_group *outer, const sbn_group *inner);
 
 /* Seconds a collective on this group waits for missing ranks before failing
  * with SBN_STATUS_TIMEOUT (naming the missing ranks) and marking the group
- * broken. Default: SYNCBN_TIMEOUT or 300. Local; set it on every rank. */
+ * broken. Default: SYNCBN_TIMEOUT or 300. Any value >= SBN_TIMEOUT_FOREVER
+ * (including +inf, SYNCBN_TIMEOUT=inf or 1e30) means wait forever; waiting
+ * ranks sleep, they do not spin. Local; set it on every rank. */
+#define SBN_TIMEOUT_FOREVER 1e9 /* seconds (about 31 years) */
 SBN_API sbn_status sbn_group_set_timeout(sbn_group *group, double seconds);
 
 /* --- sub-groups (collective over the parent: every rank of the parent must

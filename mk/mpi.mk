@@ -32,6 +32,7 @@ $(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o: SBN_CFLAGS += -DSBN_WITH
 all: $(MPI_TEST_BINS)
 EXTRA_TEST_CMDS += 'cmd:tests/mpi/run_mpi.sh $(BUILD) equivalence' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) faults' \
+                   'cmd:tests/mpi/run_mpi.sh $(BUILD) algorithms' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) kill' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) torch'
 else
@@ -52,9 +53,13 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c tests/mpi/mpi_case.h $(MPI_TEST_SUPPORT) $(S
 	@mkdir -p $(dir $@)
 	$(SBN_LD) $(MPI_CFLAGS) -Itests -Itests/mpi -o $@ $< $(MPI_TEST_SUPPORT) $(SBN_STATIC_LINK)
 
-# The latency benchmark: make bench-mpi; see BENCHMARKS.md.
+# The latency benchmark: make bench-mpi runs it on 2, 4 and 8 ranks
+# (BENCH_MPI_ARGS: batches and calls); see BENCHMARKS.md.
+BENCH_MPI_ARGS ?= 200 20
 .PHONY: bench-mpi
 bench-mpi: $(BUILD)/bench/syncbn-bench-mpi
+	@for np in 2 4 8; do OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	    $(MPIRUN) --oversubscribe -np $$np $(BUILD)/bench/syncbn-bench-mpi $(BENCH_MPI_ARGS) || exit 1; done
 $(BUILD)/bench/syncbn-bench-mpi: bench/bench_mpi.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	@[ -n "$(strip $(MPICC))" ] || { echo "bench-mpi: mpicc not found (apt-get install libopenmpi-dev)" >&2; exit 1; }

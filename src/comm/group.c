@@ -10,12 +10,17 @@
 #include "comm.h"
 #include "../core/tensor.h"
 
+/* A timeout in seconds as the backends use it: >= SBN_TIMEOUT_FOREVER (or
+ * +inf) becomes +inf, "wait forever" (no deadline arithmetic that could
+ * overflow, and the waits sleep). */
+static double normalize_timeout(double v) { return v >= SBN_TIMEOUT_FOREVER ? INFINITY : v; }
+
 double sbn_default_timeout(void) {
   const char *env = getenv("SYNCBN_TIMEOUT");
   if (env && env[0]) {
     char *end;
     double v = strtod(env, &end);
-    if (end != env && v > 0 && isfinite(v)) return v;
+    if (end != env && v > 0) return normalize_timeout(v); /* NaN fails v > 0 */
   }
   return 300.0;
 }
@@ -107,11 +112,11 @@ const char *sbn_group_name(const sbn_group *g) { return g ? g->name : ""; }
 sbn_status sbn_group_set_timeout(sbn_group *g, double seconds) {
   sbn_clear_error();
   if (!g) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_set_timeout: group is NULL");
-  if (!(seconds > 0) || !isfinite(seconds))
+  if (!(seconds > 0))
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_group_set_timeout: timeout must be a positive number of seconds, got %g",
                     seconds);
-  g->timeout_s = seconds;
+  g->timeout_s = normalize_timeout(seconds);
   return SBN_STATUS_OK;
 }
 

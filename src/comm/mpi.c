@@ -2,62 +2,81 @@
  * duplicate of the caller's communicator (the library never calls MPI_Init
  * and never assumes MPI_COMM_WORLD).
  *
- * PROTOCOL. Every collective (allreduce, broadcast, barrier, split) starts
- * with the same step: each rank sends every other rank an "envelope", its
- * signature (kind, layer, count, dtype, local status, ~50 bytes + the text
- * used in messages) followed, for payloads up to 64 KiB, by the payload
- * itself. Receives are pre-posted with room for the largest possible
- * envelope, so ranks that disagree on the size (a different C) cause no
- * truncation and no erroneous MPI call: every rank sees every signature,
- * runs the same verdict (sbn_sig_verdict) and returns the same error. The
- * signature therefore costs no extra round trip: it rides in the message
- * that carries the data (BENCHMARKS.md measures the cost).
- * Groups of more than 16 ranks exchange only the signatures (MPI_Iallgather
- * of fixed-size headers) and move the payload in a second step.
+ * ONE ENGINE ALL-REDUCE PER COLLECTIVE. Every collective is one
+ * MPI_Iallreduce, so it costs what the engine's own algorithms cost
+ * (O(log P) latency, O(count) bytes per rank), whatever P. What makes that
+ * deterministic is the sum, not the order: values travel as exact binned
+ * sums (exact_sum.c, 24 bytes per value) merged by a commutative user
+ * MPI_Op; any reduction tree gives the same bits on every rank, run after
+ * run, for every algorithm the engine picks, equal to the threads backend.
  *
- * REDUCTION ORDER. Results are bitwise those of the threads backend: every
- * element is summed in rank order, s = 0; for q in 0..P-1: s += v_q, in
- * float64 (float32 payloads accumulate in float64 and round once). Small
- * payloads (the layer's 2C+1 and 2C doubles): each rank receives all
- * contributions in the envelopes and sums locally (one message latency).
- * Large payloads: an ordered reduce-scatter (MPI_Ialltoallv; rank q sums
- * chunk q over the ranks in order) then MPI_Iallgatherv of the chunks.
- * MPI_Allreduce itself is not used: its order is implementation-defined.
+ * SIGNATURE IN THE SAME REDUCTION. Element 0 of every reduction is a
+ * control element carrying min and max of a 64-bit hash of this rank's
+ * signature (kind, layer, count, dtype, extra) and the max of the ranks'
+ * local statuses. min == max and status OK: everyone called the same
+ * collective, the payload is valid. Otherwise (rare) a slower exchange
+ * (MPI_Iallgather of fixed-size signatures) gives every rank today's
+ * detailed verdict: who called what, which rank failed and why.
  *
- * WAITING. All MPI operations are nonblocking and polled (spin briefly,
- * then sched_yield, then short sleeps, so oversubscribed ranks leave the
- * cores to the peers they wait for) against a deadline of the group's
- * timeout (SYNCBN_TIMEOUT, default 300 s, or sbn_group_set_timeout).
+ * COUNTS MUST MATCH BEFORE THEY ARE KNOWN TO. An MPI collective with
+ * different counts on different ranks is erroneous, and a rank may call
+ * with a different C by mistake. So the count of the first reduction is not
+ * this rank's count but a prediction every rank computes from what all have
+ * agreed so far (the count that followed the previous agreed signature last
+ * time; a training loop repeats, so after the first step it is right). A
+ * rank whose count is not the prediction sends only its control element
+ * (padding empty); when all agree, the payload follows in a second
+ * reduction of the now agreed count. Broadcast, barrier and split use the
+ * same first reduction (payload 0), then MPI_Ibcast / MPI_Comm_split.
+ *
+ * WAITING. Requests are polled (spin briefly, then sched_yield, then short
+ * sleeps, so oversubscribed ranks leave the cores to the peers they wait
+ * for) against the group's deadline (SYNCBN_TIMEOUT, sbn_group_set_timeout;
+ * >= SBN_TIMEOUT_FOREVER waits forever, sleeping). Each rank keeps a
+ * control receive posted; while it waits in collective n it answers
+ * "where are you?" queries with n.
+ *
+ * A RANK THAT DOES NOT ARRIVE. An all-reduce cannot tell who is missing, so
+ * a rank whose deadline passes takes a roll call: it asks every peer which
+ * collective it is in and waits a short grace period (min(timeout, 0.5 s),
+ * at least 50 ms) for answers, still testing its request (if the reduction
+ * completes meanwhile, the call succeeds). Missing = the ranks that did not
+ * answer, or answered with an earlier collective: a rank that arrived
+ * answers until it leaves, and it leaves only by completing (then the
+ * reduction completes everywhere) or by giving up itself, after sending
+ * its verdict, which counts as an answer. So no rank that arrived is
+ * named. The rank then breaks the group and sends every peer its verdict
+ * ("gave up", with the message). Statuses do not depend on timing: every
+ * rank waiting in that collective returns SBN_STATUS_TIMEOUT with the
+ * message naming the missing ranks (its own roll call's, or the first
+ * verdict it receives); a named rank, when it arrives, and every later
+ * call get SBN_STATUS_GROUP_BROKEN ("rank 0 gave up: ...").
  *
  * WHAT A USER SEES IN EACH FAULT CASE
- *  - Mismatch (ranks call layers with a different C, a different layer, a
- *    different collective, or one rank fails locally, e.g. a bad tensor):
- *    every rank's call returns at once with SBN_STATUS_MISMATCH (message
- *    "group 'world' (mpi, 4 ranks): ranks disagree on the collective:
- *    [rank 0 1 2] forward of layer #0 (C=8, float32); [rank 3] forward of
- *    layer #0 (C=9, float32)") or, for a local error, the failing rank gets
- *    its own status and the others SBN_STATUS_PEER_FAILED ("rank 1 failed:
- *    <its message>"). Nothing is changed; the group stays usable.
- *  - A rank killed (SIGKILL) under plain `mpirun`: Open MPI's runtime
- *    notices the dead process and terminates the whole job within about a
- *    second; mpirun prints "mpirun noticed that process rank 1 with PID ...
- *    on node ... exited on signal 9 (Killed)." and exits non-zero. The
- *    library does not get a say (the survivors are killed by mpirun).
- *  - A rank that does not arrive (stuck, or dead under a launcher that lets
- *    the others run on): after the timeout the waiting ranks return
- *    SBN_STATUS_TIMEOUT, "group 'world' (mpi, 4 ranks): timed out after
- *    300 s in forward of layer #0 (C=8, float32) waiting for rank(s) 1",
- *    the group becomes broken (later calls: SBN_STATUS_GROUP_BROKEN), and
- *    the timed-out ranks notify the others, so a late rank fails with
- *    SBN_STATUS_GROUP_BROKEN ("rank 0 gave up: ...") at its next collective
- *    instead of waiting for ranks that are gone. A program that exits
- *    non-zero on that error ends the job under mpirun.
- *  - MPI errors on the group's communicator are returned (the duplicate
- *    uses MPI_ERRORS_RETURN) as SBN_STATUS_BACKEND_ERROR with MPI's text.
- *  Limits: sbn_group_split calls the blocking MPI_Comm_split after all
- *  ranks have agreed (MPI has no nonblocking split), so a rank dying inside
- *  that window is left to the MPI runtime. A broken group's buffers are not
- *  freed by sbn_group_destroy (MPI may still own them). */
+ *  - Mismatch (a different C, a different layer, a different collective, or
+ *    one rank fails locally, e.g. a bad tensor): every rank returns at once
+ *    with SBN_STATUS_MISMATCH ("group 'world' (mpi, 4 ranks): ranks
+ *    disagree on the collective: [rank 0 1 2] forward of layer #0 (C=8,
+ *    float32); [rank 3] forward of layer #0 (C=9, float32)") or, for a local
+ *    error, the failing rank its own status and the others
+ *    SBN_STATUS_PEER_FAILED ("rank 1 failed: <its message>"). Nothing is
+ *    changed; the group stays usable.
+ *  - A rank killed (SIGKILL) under plain `mpirun`: Open MPI ends the job
+ *    within about a second ("mpirun noticed that process rank 1 ... exited
+ *    on signal 9"), non-zero exit.
+ *  - A rank that does not arrive (stuck, stopped, or dead under a launcher
+ *    that lets the others run on): after the timeout (+ the roll call) the
+ *    waiting ranks return SBN_STATUS_TIMEOUT, "group 'world' (mpi, 4 ranks):
+ *    timed out after 300 s in forward of layer #0 (C=8, float32) waiting
+ *    for rank(s) 1"; the group is broken (SBN_STATUS_GROUP_BROKEN after).
+ *    A program that calls MPI_Abort (or exits non-zero) on that ends the job.
+ *  - MPI errors are returned (the duplicate uses MPI_ERRORS_RETURN) as
+ *    SBN_STATUS_BACKEND_ERROR with MPI's text.
+ *  Limits: sbn_group_split calls the blocking MPI_Comm_split after all ranks
+ *  agreed (MPI has no nonblocking split); a broken group's buffers are not
+ *  freed by sbn_group_destroy (the engine may still own them). */
+#include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,49 +107,61 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t com
 #include "syncbn_mpi.h"
 
 enum {
-  TAG_ENVELOPE = 0x5b01,
-  TAG_ABORT = 0x5b02,
-  DIRECT_MAX_P = 16,  /* up to this many ranks, envelopes go point-to-point */
-  INLINE_MAX = 65536, /* payloads up to this ride in the envelope (C <= 4095) */
-  WHAT_MAX = 256,     /* sizeof(sbn_sig.what) */
-  ABORT_BYTES = 768
+  TAG_CTRL = 0x5b02,
+  WHAT_MAX = 256,        /* sizeof(sbn_sig.what) */
+  TEXT_MAX = 720,
+  PREDICT_SLOTS = 256,
+  CHUNK = 1 << 20,       /* values per reduction (24 MiB of binned sums) */
+  CTRL_QUERY = 1, CTRL_REPLY, CTRL_GAVEUP
 };
 
-/* The signature on the wire: fixed fields, then `what` (what_len bytes,
- * NUL included, padded to 8 so a following payload of doubles is aligned),
- * then the payload when inline_payload is set. */
-typedef struct wire_hdr {
+/* Control messages (point to point, tag TAG_CTRL, outside the collectives). */
+typedef struct ctrl_msg {
+  int32_t type;
+  int32_t named;  /* GAVEUP: the receiver is among the missing ranks */
+  uint64_t seq;   /* QUERY/GAVEUP: the collective concerned; REPLY: the sender's */
+  char text[TEXT_MAX];
+} ctrl_msg;
+
+/* A signature on the wire (the slow path after a disagreement). */
+typedef struct wire_sig {
   int32_t kind, layer;
   int64_t count;
   int32_t dtype, status;
   uint64_t extra;
-  int32_t color, key;      /* split's contribution */
-  uint32_t what_len;
-  uint32_t inline_payload; /* 1: payload_bytes of payload follow */
-  uint64_t payload_bytes;  /* this rank's payload size */
-} wire_hdr;
+  char what[WHAT_MAX];
+} wire_sig;
 
-#define HDR_MAX (sizeof(wire_hdr) + WHAT_MAX)
-#define ENV_MAX (HDR_MAX + INLINE_MAX)
+typedef struct outbox_entry {
+  MPI_Request req;
+  ctrl_msg msg;
+} outbox_entry;
 
 typedef struct mpi_impl {
   MPI_Comm comm;
-  int direct; /* P <= DIRECT_MAX_P */
   int broken;
   sbn_status broken_status;
-  char broken_msg[ABORT_BYTES - 64];
-  unsigned char *send;  /* this rank's envelope, ENV_MAX */
-  unsigned char *recv;  /* direct: a slot of ENV_MAX per rank; else HDR_MAX per rank */
-  MPI_Request *reqs;    /* 2P */
-  int *req_peer;        /* per request: the peer it waits for, -1 for a collective */
-  wire_hdr *hdrs;       /* decoded, per rank */
-  const unsigned char **payloads;
+  char broken_msg[TEXT_MAX + 96];
+  uint64_t seq;          /* collectives started on this group */
+  /* control channel */
+  MPI_Request ctrl_req;  /* posted receive */
+  ctrl_msg ctrl_in;
+  outbox_entry **outbox; /* sends in flight */
+  int n_out, cap_out;
+  /* roll call state (only while one runs) */
+  signed char *answered; /* per rank: 1 arrived, -1 answered from an earlier collective */
+  int gaveup_rank;       /* a peer's verdict for the current collective, -1 if none */
+  int gaveup_named;
+  uint64_t gaveup_seq;
+  char gaveup_text[TEXT_MAX];
+  /* count prediction (common to all ranks: a function of agreed signatures) */
+  uint64_t prev_key;
+  struct { uint64_t key; int64_t count; } predict[PREDICT_SLOTS];
+  /* buffers */
+  sbn_xbin *x;
+  size_t x_cap;          /* elements */
+  wire_sig *sigs_wire;   /* P, the slow path */
   sbn_sig *sigs;
-  int *counts, *displs, *rcounts, *rdispls; /* reduce-scatter layout */
-  void *scratch;
-  size_t scratch_bytes;
-  MPI_Request abort_req; /* pre-posted: a peer that gave up tells us */
-  char abort_in[ABORT_BYTES], abort_out[ABORT_BYTES];
 } mpi_impl;
 
 static const sbn_comm_ops mpi_ops;
@@ -141,6 +172,22 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The binned-sum datatype and merge operation, made once per process. */
+static MPI_Datatype xbin_type = MPI_DATATYPE_NULL;
+static MPI_Op xbin_op = MPI_OP_NULL;
+static pthread_once_t xbin_once = PTHREAD_ONCE_INIT;
+
+static void xbin_merge_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  sbn_xsum_merge(inout, in, (size_t)*len);
+}
+
+static void xbin_init(void) {
+  MPI_Type_contiguous(3, MPI_INT64_T, &xbin_type);
+  MPI_Type_commit(&xbin_type);
+  MPI_Op_create(xbin_merge_fn, 1 /* commutative: exactly */, &xbin_op);
+}
+
 static sbn_status backend_error(sbn_group *g, int rc, const char *call, const char *what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -149,42 +196,98 @@ static sbn_status backend_error(sbn_group *g, int rc, const char *call, const ch
                   g->name, g->size, call, what, text);
 }
 
-/* Mark the group unusable and tell the peers (best effort, fire and forget:
- * the message is small, so MPI sends it eagerly even to a dead peer). */
+static sbn_status broken_error(sbn_group *g, const char *what) {
+  mpi_impl *m = g->impl;
+  return sbn_fail(SBN_STATUS_GROUP_BROKEN, "group '%s' (mpi, %d ranks) is broken and can't be used (%s): %s",
+                  g->name, g->size, what, m->broken_msg);
+}
+
+/* ---- control channel ---- */
+
+/* Sends complete on their own (small, eager); their buffers live in the
+ * outbox until MPI says so. */
+static void outbox_reap(mpi_impl *m) {
+  for (int i = 0; i < m->n_out;) {
+    int done = 0;
+    MPI_Test(&m->outbox[i]->req, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      free(m->outbox[i]);
+      m->outbox[i] = m->outbox[--m->n_out];
+    } else {
+      i++;
+    }
+  }
+}
+
+static void ctrl_send(sbn_group *g, int peer, int type, uint64_t seq, int named, const char *text) {
+  mpi_impl *m = g->impl;
+  outbox_reap(m);
+  if (m->n_out == m->cap_out) {
+    int cap = m->cap_out ? 2 * m->cap_out : 16;
+    outbox_entry **p = realloc(m->outbox, sizeof *p * (size_t)cap);
+    if (!p) return; /* best effort: a lost answer can only make a peer name us */
+    m->outbox = p, m->cap_out = cap;
+  }
+  outbox_entry *e = calloc(1, sizeof *e);
+  if (!e) return;
+  e->msg.type = type, e->msg.named = named, e->msg.seq = seq;
+  if (text) snprintf(e->msg.text, sizeof e->msg.text, "%s", text);
+  int bytes = (int)(offsetof(ctrl_msg, text) + (text ? strlen(e->msg.text) + 1 : 0));
+  if (MPI_Isend(&e->msg, bytes, MPI_BYTE, peer, TAG_CTRL, m->comm, &e->req) != MPI_SUCCESS) {
+    free(e);
+    return;
+  }
+  m->outbox[m->n_out++] = e;
+}
+
+/* Handle every control message that has arrived: answer queries with the
+ * collective we are in (`at`), record replies (roll call) and verdicts. */
+static void ctrl_poll(sbn_group *g, uint64_t at) {
+  mpi_impl *m = g->impl;
+  for (;;) {
+    if (m->ctrl_req == MPI_REQUEST_NULL) return;
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Test(&m->ctrl_req, &flag, &status) != MPI_SUCCESS || !flag) return;
+    ctrl_msg msg = m->ctrl_in;
+    msg.text[TEXT_MAX - 1] = '\0';
+    const int src = status.MPI_SOURCE;
+    if (MPI_Irecv(&m->ctrl_in, (int)sizeof m->ctrl_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_CTRL, m->comm,
+                  &m->ctrl_req) != MPI_SUCCESS)
+      m->ctrl_req = MPI_REQUEST_NULL;
+    if (msg.type == CTRL_QUERY) {
+      ctrl_send(g, src, CTRL_REPLY, at, 0, NULL);
+    } else if (msg.type == CTRL_REPLY) {
+      if (m->answered && !m->answered[src]) m->answered[src] = msg.seq >= m->seq ? 1 : -1;
+    } else if (msg.type == CTRL_GAVEUP && m->gaveup_rank < 0) {
+      if (m->answered) m->answered[src] = 1; /* it was there: it gave up in this collective */
+      m->gaveup_rank = src;
+      m->gaveup_named = msg.named;
+      m->gaveup_seq = msg.seq;
+      snprintf(m->gaveup_text, sizeof m->gaveup_text, "%s", msg.text);
+    }
+  }
+}
+
 static void break_group(sbn_group *g, sbn_status st, const char *msg) {
   mpi_impl *m = g->impl;
   if (m->broken) return;
   m->broken = 1;
   m->broken_status = st;
   snprintf(m->broken_msg, sizeof m->broken_msg, "%s", msg);
-  snprintf(m->abort_out, sizeof m->abort_out, "%s", msg);
-  for (int q = 0; q < g->size; q++) {
-    if (q == g->rank) continue;
-    MPI_Request r;
-    if (MPI_Isend(m->abort_out, (int)strlen(m->abort_out) + 1, MPI_CHAR, q, TAG_ABORT, m->comm, &r) ==
-        MPI_SUCCESS)
-      MPI_Request_free(&r);
-  }
 }
 
-/* Did a peer give up on this group? Then it is broken here too. */
-static void poll_abort(sbn_group *g) {
+/* A peer's verdict reached us: the group is broken. A rank waiting in the
+ * collective the verdict is about, and not named in it, fails as the peer
+ * did (SBN_STATUS_TIMEOUT, same message); everyone else: GROUP_BROKEN. */
+static sbn_status adopt_verdict(sbn_group *g, const char *what, int waiting) {
   mpi_impl *m = g->impl;
-  if (m->broken || m->abort_req == MPI_REQUEST_NULL) return;
-  int flag = 0;
-  MPI_Status status;
-  if (MPI_Test(&m->abort_req, &flag, &status) != MPI_SUCCESS || !flag) return;
-  m->abort_in[sizeof m->abort_in - 1] = '\0';
-  m->broken = 1;
-  m->broken_status = SBN_STATUS_GROUP_BROKEN;
-  snprintf(m->broken_msg, sizeof m->broken_msg, "rank %d gave up: %.600s", status.MPI_SOURCE,
-           m->abort_in);
-}
-
-static sbn_status broken_error(sbn_group *g, const char *what) {
-  mpi_impl *m = g->impl;
-  return sbn_fail(SBN_STATUS_GROUP_BROKEN, "group '%s' (mpi, %d ranks) is broken and can't be used (%s): %s",
-                  g->name, g->size, what, m->broken_msg);
+  char msg[TEXT_MAX + 64];
+  snprintf(msg, sizeof msg, "rank %d gave up: %s", m->gaveup_rank, m->gaveup_text);
+  break_group(g, SBN_STATUS_GROUP_BROKEN, msg);
+  if (waiting && !m->gaveup_named && m->gaveup_seq == m->seq) /* we were there: as if our own */
+    return sbn_fail(SBN_STATUS_TIMEOUT, "%s", m->gaveup_text);
+  return broken_error(g, what);
 }
 
 /* Pause between polls: spin first (a collective of the layer takes a few
@@ -200,297 +303,216 @@ static void backoff(double waited) {
   nanosleep(&ts, NULL);
 }
 
-/* Wait for n requests until the deadline. On timeout the group breaks and
- * the message names the ranks whose messages did not come. */
-static sbn_status wait_all(sbn_group *g, int n, MPI_Request *reqs, const int *peer, const char *what,
-                           double deadline) {
+/* The deadline passed in the current collective: roll call, verdict, break. */
+static sbn_status roll_call(sbn_group *g, MPI_Request *req, const char *what) {
+  mpi_impl *m = g->impl;
+  const int P = g->size;
+  signed char answered[P];
+  memset(answered, 0, sizeof answered);
+  answered[g->rank] = 1;
+  m->answered = answered;
+  for (int q = 0; q < P; q++)
+    if (q != g->rank) ctrl_send(g, q, CTRL_QUERY, m->seq, 0, NULL);
+  const double grace = fmax(0.05, fmin(0.5, g->timeout_s)), start = now_s();
+  int complete = 0;
+  for (;;) {
+    if (MPI_Test(req, &complete, MPI_STATUS_IGNORE) != MPI_SUCCESS) complete = 0;
+    if (complete) break;
+    ctrl_poll(g, m->seq);
+    if (m->gaveup_rank >= 0) break;
+    int all = 1;
+    for (int q = 0; q < P && all; q++) all = answered[q] == 1;
+    if (all || now_s() - start > grace) break;
+    struct timespec ts = {0, 100000L};
+    nanosleep(&ts, NULL);
+  }
+  m->answered = NULL;
+  if (complete) return SBN_STATUS_OK; /* it came through after all */
+  if (m->gaveup_rank >= 0) return adopt_verdict(g, what, 1);
+  char missing[400];
+  int len = 0;
+  missing[0] = '\0';
+  for (int q = 0; q < P && len < (int)sizeof missing - 16; q++)
+    if (answered[q] != 1) len += snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", q);
+  if (len >= (int)sizeof missing - 16) snprintf(missing + len, sizeof missing - len, ", ...");
+  char msg[TEXT_MAX];
+  if (len)
+    snprintf(msg, sizeof msg, "group '%s' (mpi, %d ranks): timed out after %g s in %s waiting for rank(s) %s",
+             g->name, P, g->timeout_s, what, missing);
+  else /* every rank answered, yet the reduction did not complete */
+    snprintf(msg, sizeof msg,
+             "group '%s' (mpi, %d ranks): timed out after %g s in %s: every rank arrived but the "
+             "reduction did not complete",
+             g->name, P, g->timeout_s, what);
+  for (int q = 0; q < P; q++)
+    if (q != g->rank) ctrl_send(g, q, CTRL_GAVEUP, m->seq, answered[q] != 1, msg);
+  break_group(g, SBN_STATUS_TIMEOUT, msg);
+  return sbn_fail(SBN_STATUS_TIMEOUT, "%s", msg);
+}
+
+/* Wait for a request of the current collective until the deadline. */
+static sbn_status wait_req(sbn_group *g, MPI_Request *req, const char *what, double deadline) {
   mpi_impl *m = g->impl;
   const double start = now_s();
-  for (unsigned long it = 0;; it++) {
+  for (;;) {
     int flag = 0;
-    int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
+    int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
-      sbn_status st = backend_error(g, rc, "MPI_Testall", what);
+      sbn_status st = backend_error(g, rc, "MPI_Test", what);
       break_group(g, st, sbn_last_error());
       return st;
     }
     if (flag) return SBN_STATUS_OK;
     double t = now_s();
-    if (t - start > 1e-3 && (it & 15) == 15) { /* slow: did a peer give up? */
-      poll_abort(g);
-      if (m->broken) return broken_error(g, what);
+    if (t - start > 20e-6) { /* not immediate: serve the control channel */
+      ctrl_poll(g, m->seq);
+      if (m->gaveup_rank >= 0) return adopt_verdict(g, what, 1);
     }
-    if (t > deadline) break;
+    if (t > deadline) return roll_call(g, req, what);
     backoff(t - start);
   }
-  /* Timed out: which peers are missing? */
-  char missing[300];
-  int len = 0, collective = 0;
-  missing[0] = '\0';
-  for (int i = 0; i < n; i++) {
-    int done = 1;
-    if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_get_status(reqs[i], &done, MPI_STATUS_IGNORE);
-    if (done) continue;
-    if (peer[i] < 0) {
-      collective = 1;
-      continue;
-    }
-    int seen = 0; /* a peer may appear for its receive and its send */
-    for (int j = 0; j < i; j++) seen |= peer[j] == peer[i] && reqs[j] != MPI_REQUEST_NULL;
-    if (!seen && len < (int)sizeof missing - 16)
-      len += snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", peer[i]);
-  }
-  char msg[900];
-  snprintf(msg, sizeof msg, "group '%s' (mpi, %d ranks): timed out after %g s in %s waiting for %s%s",
-           g->name, g->size, g->timeout_s, what, len ? "rank(s) " : "",
-           len ? missing : collective ? "the other ranks (MPI collective)" : "the other ranks");
-  /* Receives can be cancelled; sends and collectives stay with MPI (the
-   * group's memory is then never freed, see mpi_destroy). */
-  for (int i = 0; i < n; i++) {
-    if (reqs[i] == MPI_REQUEST_NULL || peer[i] < 0) continue;
-    MPI_Cancel(&reqs[i]);
-    MPI_Request_free(&reqs[i]);
-  }
-  break_group(g, SBN_STATUS_TIMEOUT, msg);
-  return sbn_fail(SBN_STATUS_TIMEOUT, "%s", msg);
 }
 
-static size_t what_len_of(const sbn_sig *sig) {
-  size_t len = strnlen(sig->what, WHAT_MAX - 1) + 1;
-  return (len + 7) & ~(size_t)7;
+/* ---- collectives ---- */
+
+static uint64_t sig_hash(const sbn_sig *s) {
+  uint64_t v[5] = {(uint64_t)(uint32_t)s->kind, (uint64_t)(uint32_t)s->layer, (uint64_t)s->count,
+                   (uint64_t)(uint32_t)s->dtype, s->extra};
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the fields' bytes */
+  const unsigned char *p = (const unsigned char *)v;
+  for (size_t i = 0; i < sizeof v; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
 }
 
-/* Step 1 of every collective: every rank learns every rank's signature
- * (and, when inline, payload). Fills m->hdrs, m->sigs, m->payloads. */
-static sbn_status exchange(sbn_group *g, const sbn_sig *sig, const void *payload,
-                           size_t payload_bytes, int inline_payload, int color, int key,
-                           double deadline) {
-  mpi_impl *m = g->impl;
-  const int P = g->size, me = g->rank;
-  wire_hdr h;
-  memset(&h, 0, sizeof h);
-  h.kind = sig->kind, h.layer = sig->layer, h.count = sig->count;
-  h.dtype = sig->dtype, h.status = sig->status, h.extra = sig->extra;
-  h.color = color, h.key = key;
-  h.what_len = (uint32_t)what_len_of(sig);
-  h.inline_payload = inline_payload != 0;
-  h.payload_bytes = payload_bytes;
-  memset(m->send, 0, HDR_MAX);
-  memcpy(m->send, &h, sizeof h);
-  memcpy(m->send + sizeof h, sig->what, strnlen(sig->what, WHAT_MAX - 1));
-  size_t env_bytes = sizeof h + h.what_len;
-  if (inline_payload && payload_bytes) {
-    memcpy(m->send + env_bytes, payload, payload_bytes);
-    env_bytes += payload_bytes;
-  }
-  int n = 0, rc = MPI_SUCCESS;
-  if (m->direct) {
-    /* Receives first (room for any envelope), then sends, starting with the
-     * next rank so that not everyone sends to rank 0 first. */
-    for (int i = 1; i < P && rc == MPI_SUCCESS; i++) {
-      int q = (me + P - i) % P;
-      m->req_peer[n] = q;
-      rc = MPI_Irecv(m->recv + (size_t)q * ENV_MAX, (int)ENV_MAX, MPI_BYTE, q, TAG_ENVELOPE, m->comm,
-                     &m->reqs[n++]);
-    }
-    for (int i = 1; i < P && rc == MPI_SUCCESS; i++) {
-      int q = (me + i) % P;
-      m->req_peer[n] = q;
-      rc = MPI_Isend(m->send, (int)env_bytes, MPI_BYTE, q, TAG_ENVELOPE, m->comm, &m->reqs[n++]);
-    }
-  } else {
-    m->req_peer[0] = -1;
-    rc = MPI_Iallgather(m->send, (int)HDR_MAX, MPI_BYTE, m->recv, (int)HDR_MAX, MPI_BYTE, m->comm,
-                        &m->reqs[n++]);
-  }
-  if (rc != MPI_SUCCESS) { /* can't happen short of a broken MPI; don't leave half a protocol */
-    sbn_status st = backend_error(g, rc, "posting the envelope", sig->what);
-    break_group(g, st, sbn_last_error());
-    return st;
-  }
-  sbn_status st = wait_all(g, n, m->reqs, m->req_peer, sig->what, deadline);
-  if (st != SBN_STATUS_OK) return st;
-  for (int q = 0; q < P; q++) {
-    const unsigned char *base = q == me ? m->send : m->recv + (size_t)q * (m->direct ? ENV_MAX : HDR_MAX);
-    wire_hdr *hq = &m->hdrs[q];
-    memcpy(hq, base, sizeof *hq);
-    if (hq->what_len > WHAT_MAX) hq->what_len = WHAT_MAX;
-    m->payloads[q] = hq->inline_payload ? base + sizeof *hq + hq->what_len : NULL;
-  }
-  return SBN_STATUS_OK;
-}
-
-/* Every rank's verdict on the exchanged signatures (the same on all ranks).
- * Fast path: all agree and none failed; else build the full signatures for
- * sbn_sig_verdict's message. */
-static sbn_status verdict(sbn_group *g) {
-  mpi_impl *m = g->impl;
-  const wire_hdr *h0 = &m->hdrs[0];
-  int agree = 1;
-  for (int q = 0; q < g->size && agree; q++) {
-    const wire_hdr *hq = &m->hdrs[q];
-    agree = hq->status == SBN_STATUS_OK && hq->kind == h0->kind && hq->layer == h0->layer &&
-            hq->count == h0->count && hq->dtype == h0->dtype && hq->extra == h0->extra;
-  }
-  if (agree) return SBN_STATUS_OK;
-  for (int q = 0; q < g->size; q++) {
-    const wire_hdr *hq = &m->hdrs[q];
-    const unsigned char *base = q == g->rank ? m->send : m->recv + (size_t)q * (m->direct ? ENV_MAX : HDR_MAX);
-    sbn_sig *s = &m->sigs[q];
-    memset(s, 0, sizeof *s);
-    s->kind = hq->kind, s->layer = hq->layer, s->count = hq->count;
-    s->dtype = hq->dtype, s->status = hq->status, s->extra = hq->extra;
-    memcpy(s->what, base + sizeof *hq, hq->what_len);
-    s->what[WHAT_MAX - 1] = '\0';
-  }
-  return sbn_sig_verdict(g, m->sigs, g->rank);
-}
-
-/* Common start: a broken group fails at once; a peer's abort notice breaks it. */
-static sbn_status begin(sbn_group *g, const sbn_sig *sig, double *deadline) {
-  mpi_impl *m = g->impl;
-  poll_abort(g);
-  if (m->broken) return broken_error(g, sig->what);
-  *deadline = now_s() + g->timeout_s;
-  return SBN_STATUS_OK;
-}
-
-/* dst[i] = exact sum over q of src[q][i], rounded once (exact_sum.c, as
- * the threads backend); dst may be one of the sources. */
-static void ordered_sum(void *dst, const void *const *src, int P, size_t n, sbn_dtype dtype) {
-  for (size_t i = 0; i < n; i++) {
-    sbn_xbin acc = sbn_xsum_zero();
-    if (dtype == SBN_DTYPE_FLOAT64) {
-      for (int q = 0; q < P; q++) sbn_xsum_add(&acc, ((const double *)src[q])[i]);
-      sbn_xsum_decode_f64((double *)dst + i, &acc, 1);
-    } else {
-      for (int q = 0; q < P; q++) sbn_xsum_add(&acc, ((const float *)src[q])[i]);
-      sbn_xsum_decode_f32((float *)dst + i, &acc, 1);
-    }
-  }
-}
-
-static int ensure_scratch(mpi_impl *m, size_t bytes) {
-  if (bytes <= m->scratch_bytes) return 1;
-  void *p = realloc(m->scratch, bytes);
+static int ensure_x(mpi_impl *m, size_t n) {
+  if (n <= m->x_cap) return 1;
+  sbn_xbin *p = realloc(m->x, sizeof *p * n);
   if (!p) return 0;
-  m->scratch = p;
-  m->scratch_bytes = bytes;
+  m->x = p, m->x_cap = n;
   return 1;
 }
 
-/* Ordered all-reduce of a payload that is not in the envelopes: ordered
- * reduce-scatter (rank q sums chunk q, the same chunks as the threads
- * backend) then all-gather of the chunks. */
-static sbn_status reduce_scatter_gather(sbn_group *g, void *buf, size_t count, sbn_dtype dtype,
-                                        const sbn_sig *sig, double deadline) {
+static sbn_status start_and_wait(sbn_group *g, int count, const char *what, double deadline) {
   mpi_impl *m = g->impl;
-  const int P = g->size, me = g->rank;
-  const size_t esize = dtype == SBN_DTYPE_FLOAT64 ? 8 : 4;
-  MPI_Datatype type = dtype == SBN_DTYPE_FLOAT64 ? MPI_DOUBLE : MPI_FLOAT;
-  if (count > (size_t)INT32_MAX) /* MPI counts and displacements are int */
-    return sbn_fail(SBN_STATUS_UNSUPPORTED,
-                    "group '%s' (mpi): allreduce of %zu values exceeds MPI's int counts (%s)", g->name,
-                    count, sig->what);
-  for (int q = 0; q < P; q++) {
-    size_t lo = count * (size_t)q / (size_t)P, hi = count * (size_t)(q + 1) / (size_t)P;
-    m->counts[q] = (int)(hi - lo);
-    m->displs[q] = (int)lo;
-  }
-  const size_t mine = (size_t)m->counts[me];
-  if (!ensure_scratch(m, esize * mine * (size_t)P + 1))
-    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %s", g->name, sig->what);
-  for (int q = 0; q < P; q++) m->rcounts[q] = (int)mine, m->rdispls[q] = (int)mine * q;
   MPI_Request req;
-  int peer = -1;
-  int rc = MPI_Ialltoallv(buf, m->counts, m->displs, type, m->scratch, m->rcounts, m->rdispls, type,
-                          m->comm, &req);
-  if (rc != MPI_SUCCESS) return backend_error(g, rc, "MPI_Ialltoallv", sig->what);
-  sbn_status st = wait_all(g, 1, &req, &peer, sig->what, deadline);
-  if (st != SBN_STATUS_OK) return st;
-  const void *src[DIRECT_MAX_P] = {0};
-  const void **srcs = P <= DIRECT_MAX_P ? src : malloc(sizeof(void *) * (size_t)P);
-  if (!srcs) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory", g->name);
-  for (int q = 0; q < P; q++) srcs[q] = (const char *)m->scratch + esize * mine * (size_t)q;
-  ordered_sum((char *)buf + esize * (size_t)m->displs[me], srcs, P, mine, dtype);
-  if (srcs != src) free(srcs);
-  rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, m->counts, m->displs, type, m->comm, &req);
-  if (rc != MPI_SUCCESS) return backend_error(g, rc, "MPI_Iallgatherv", sig->what);
-  return wait_all(g, 1, &req, &peer, sig->what, deadline);
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, m->x, count, xbin_type, xbin_op, m->comm, &req);
+  if (rc != MPI_SUCCESS) {
+    sbn_status st = backend_error(g, rc, "MPI_Iallreduce", what);
+    break_group(g, st, sbn_last_error());
+    return st;
+  }
+  return wait_req(g, &req, what, deadline);
 }
 
-static sbn_status mpi_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype dtype,
-                                const sbn_sig *sig) {
+/* The ranks disagree or one failed: every rank gets every signature (fixed
+ * size, so this exchange is safe whatever they called) and the same verdict. */
+static sbn_status slow_verdict(sbn_group *g, const sbn_sig *sig, double deadline) {
   mpi_impl *m = g->impl;
   const int P = g->size;
-  double deadline = 0;
-  sbn_status st = begin(g, sig, &deadline);
+  wire_sig mine;
+  memset(&mine, 0, sizeof mine);
+  mine.kind = sig->kind, mine.layer = sig->layer, mine.count = sig->count;
+  mine.dtype = sig->dtype, mine.status = sig->status, mine.extra = sig->extra;
+  memcpy(mine.what, sig->what, WHAT_MAX);
+  MPI_Request req;
+  int rc = MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, m->sigs_wire, (int)sizeof mine, MPI_BYTE,
+                          m->comm, &req);
+  if (rc != MPI_SUCCESS) {
+    sbn_status st = backend_error(g, rc, "MPI_Iallgather", sig->what);
+    break_group(g, st, sbn_last_error());
+    return st;
+  }
+  sbn_status st = wait_req(g, &req, sig->what, deadline);
   if (st != SBN_STATUS_OK) return st;
-  const size_t esize = dtype == SBN_DTYPE_FLOAT64 ? 8 : 4;
-  const size_t bytes = sig->status == SBN_STATUS_OK ? count * esize : 0;
-  if (P == 1) return sbn_sig_verdict(g, sig, 0); /* nothing to sum (buf unchanged, as threads) */
-  const int in_env = m->direct && bytes <= INLINE_MAX;
-  st = exchange(g, sig, buf, bytes, in_env, 0, 0, deadline);
+  for (int q = 0; q < P; q++) {
+    const wire_sig *w = &m->sigs_wire[q];
+    sbn_sig *s = &m->sigs[q];
+    memset(s, 0, sizeof *s);
+    s->kind = w->kind, s->layer = w->layer, s->count = w->count;
+    s->dtype = w->dtype, s->status = w->status, s->extra = w->extra;
+    memcpy(s->what, w->what, WHAT_MAX);
+    s->what[WHAT_MAX - 1] = '\0';
+  }
+  st = sbn_sig_verdict(g, m->sigs, g->rank);
+  if (st == SBN_STATUS_OK) /* a hash collision would land here; never silently */
+    st = sbn_fail(SBN_STATUS_INTERNAL, "group '%s' (mpi): signature fingerprints differ but the "
+                  "signatures agree (%s)", g->name, sig->what);
+  return st;
+}
+
+/* The common part of every collective: agree on the signature and, for a
+ * sum, reduce `n` values of buf (n = 0 otherwise). */
+static sbn_status collective(sbn_group *g, const sbn_sig *sig, void *buf, size_t n, sbn_dtype dtype) {
+  mpi_impl *m = g->impl;
+  if (m->broken) return broken_error(g, sig->what);
+  m->seq++; /* arrived: queries are answered with this collective */
+  ctrl_poll(g, m->seq); /* and a verdict that came while we were away breaks the group */
+  if (m->gaveup_rank >= 0) return adopt_verdict(g, sig->what, 0);
+  const double deadline = now_s() + g->timeout_s; /* inf: wait forever */
+  if (g->size == 1) return sbn_sig_verdict(g, sig, 0); /* nothing to sum (buf unchanged, as threads) */
+  if (sig->status != SBN_STATUS_OK) n = 0;
+  /* The first reduction's count: the prediction (the same on every rank). */
+  const unsigned slot = (unsigned)(m->prev_key % PREDICT_SLOTS);
+  const size_t first = m->predict[slot].key == m->prev_key ? (size_t)m->predict[slot].count : 0;
+  const int inline_payload = n == first && n > 0;
+  if (!ensure_x(m, 1 + first))
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %s", g->name, sig->what);
+  const uint64_t hash = sig_hash(sig);
+  m->x[0] = sbn_xsum_ctrl(hash, sig->status);
+  if (inline_payload) {
+    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_encode_f64(m->x + 1, buf, n);
+    else sbn_xsum_encode_f32(m->x + 1, buf, n);
+  } else if (first) {
+    memset(m->x + 1, 0, sizeof *m->x * first);
+  }
+  sbn_status st = start_and_wait(g, (int)(1 + first), sig->what, deadline);
   if (st != SBN_STATUS_OK) return st;
-  st = verdict(g);
-  if (st != SBN_STATUS_OK) return st;
-  /* Signatures agree; so must the payloads (the layer's size follows from
-   * kind and C), else a bug: refuse rather than read past a buffer. */
-  for (int q = 0; q < P; q++)
-    if (m->hdrs[q].payload_bytes != bytes || m->hdrs[q].dtype != m->hdrs[0].dtype)
-      return sbn_fail(SBN_STATUS_MISMATCH,
-                      "group '%s' (mpi, %d ranks): %s: rank %d sends %llu payload bytes, rank %d %zu",
-                      g->name, P, sig->what, q, (unsigned long long)m->hdrs[q].payload_bytes, g->rank,
-                      bytes);
-  if (!count) return SBN_STATUS_OK;
-  if (in_env) {
-    const void *src[DIRECT_MAX_P];
-    for (int q = 0; q < P; q++) src[q] = q == g->rank ? buf : (const void *)m->payloads[q];
-    ordered_sum(buf, src, P, count, dtype);
+  int maxst = 0;
+  if (!sbn_xsum_ctrl_read(&m->x[0], &maxst) || maxst != SBN_STATUS_OK) {
+    m->prev_key = 0x5eed0fe77ab1e5ull; /* after a disagreement: a fixed state */
+    return slow_verdict(g, sig, deadline);
+  }
+  m->predict[slot].key = m->prev_key; /* everyone agreed: learn the count */
+  m->predict[slot].count = n <= CHUNK ? (int64_t)n : 0;
+  m->prev_key = hash;
+  if (inline_payload) {
+    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_decode_f64(buf, m->x + 1, n);
+    else sbn_xsum_decode_f32(buf, m->x + 1, n);
     return SBN_STATUS_OK;
   }
-  if (bytes <= INLINE_MAX) { /* many ranks, small payload: all-gather and sum locally */
-    if (!ensure_scratch(m, bytes * (size_t)P))
+  for (size_t off = 0; off < n; off += CHUNK) { /* the agreed count, in pieces */
+    const size_t k = n - off < CHUNK ? n - off : CHUNK;
+    if (!ensure_x(m, k))
       return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %s", g->name, sig->what);
-    MPI_Request req;
-    int peer = -1;
-    int rc = MPI_Iallgather(buf, (int)bytes, MPI_BYTE, m->scratch, (int)bytes, MPI_BYTE, m->comm, &req);
-    if (rc != MPI_SUCCESS) return backend_error(g, rc, "MPI_Iallgather", sig->what);
-    st = wait_all(g, 1, &req, &peer, sig->what, deadline);
+    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_encode_f64(m->x, (double *)buf + off, k);
+    else sbn_xsum_encode_f32(m->x, (float *)buf + off, k);
+    st = start_and_wait(g, (int)k, sig->what, deadline);
     if (st != SBN_STATUS_OK) return st;
-    const void **src = malloc(sizeof(void *) * (size_t)P);
-    if (!src) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory", g->name);
-    for (int q = 0; q < P; q++) src[q] = (const char *)m->scratch + bytes * (size_t)q;
-    ordered_sum(buf, src, P, count, dtype);
-    free(src);
-    return SBN_STATUS_OK;
+    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_decode_f64((double *)buf + off, m->x, k);
+    else sbn_xsum_decode_f32((float *)buf + off, m->x, k);
   }
-  return reduce_scatter_gather(g, buf, count, dtype, sig, deadline);
+  return SBN_STATUS_OK;
+}
+
+static sbn_status mpi_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype dtype, const sbn_sig *sig) {
+  return collective(g, sig, buf, count, dtype);
 }
 
 static sbn_status mpi_broadcast(sbn_group *g, void *buf, size_t bytes, int root, const sbn_sig *sig) {
   mpi_impl *m = g->impl;
-  double deadline = 0;
-  sbn_status st = begin(g, sig, &deadline);
-  if (st != SBN_STATUS_OK) return st;
-  if (g->size == 1) return sbn_sig_verdict(g, sig, 0);
-  const int ok = sig->status == SBN_STATUS_OK;
-  const int in_env = ok && m->direct && g->rank == root && bytes <= INLINE_MAX;
-  st = exchange(g, sig, buf, ok && g->rank == root ? bytes : 0, in_env, 0, 0, deadline);
-  if (st != SBN_STATUS_OK) return st;
-  st = verdict(g);
-  if (st != SBN_STATUS_OK || !bytes) return st;
-  if (m->hdrs[root].inline_payload) { /* root's data came with its envelope */
-    if (g->rank != root) memcpy(buf, m->payloads[root], bytes);
-    return SBN_STATUS_OK;
-  }
+  sbn_status st = collective(g, sig, NULL, 0, SBN_DTYPE_FLOAT64);
+  if (st != SBN_STATUS_OK || g->size == 1 || !bytes) return st;
+  const double deadline = now_s() + g->timeout_s;
   for (size_t off = 0; off < bytes;) { /* MPI counts are int: pieces of 1 GiB */
     size_t piece = bytes - off < ((size_t)1 << 30) ? bytes - off : (size_t)1 << 30;
     MPI_Request req;
-    int peer = -1;
     int rc = MPI_Ibcast((char *)buf + off, (int)piece, MPI_BYTE, root, m->comm, &req);
-    if (rc != MPI_SUCCESS) return backend_error(g, rc, "MPI_Ibcast", sig->what);
-    st = wait_all(g, 1, &req, &peer, sig->what, deadline);
+    if (rc != MPI_SUCCESS) {
+      st = backend_error(g, rc, "MPI_Ibcast", sig->what);
+      break_group(g, st, sbn_last_error());
+      return st;
+    }
+    st = wait_req(g, &req, sig->what, deadline);
     if (st != SBN_STATUS_OK) return st;
     off += piece;
   }
@@ -498,20 +520,13 @@ static sbn_status mpi_broadcast(sbn_group *g, void *buf, size_t bytes, int root,
 }
 
 static sbn_status mpi_barrier(sbn_group *g, const sbn_sig *sig) {
-  double deadline = 0;
-  sbn_status st = begin(g, sig, &deadline);
-  if (st != SBN_STATUS_OK) return st;
-  if (g->size == 1) return sbn_sig_verdict(g, sig, 0);
-  st = exchange(g, sig, NULL, 0, 0, 0, 0, deadline);
-  if (st != SBN_STATUS_OK) return st;
-  return verdict(g);
+  return collective(g, sig, NULL, 0, SBN_DTYPE_FLOAT64);
 }
 
 static void impl_free(mpi_impl *m) {
   if (!m) return;
-  free(m->send), free(m->recv), free(m->reqs), free(m->req_peer), free(m->hdrs);
-  free(m->payloads), free(m->sigs), free(m->counts), free(m->displs), free(m->rcounts);
-  free(m->rdispls), free(m->scratch), free(m);
+  for (int i = 0; i < m->n_out; i++) free(m->outbox[i]);
+  free(m->outbox), free(m->x), free(m->sigs_wire), free(m->sigs), free(m);
 }
 
 /* A group over `comm`, which becomes the group's own (freed by destroy). */
@@ -519,37 +534,36 @@ static sbn_status wrap_comm(sbn_group **out, MPI_Comm comm, const char *name) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
+  if (P > SBN_XSUM_MAX_TERMS) {
+    MPI_Comm_free(&comm);
+    return sbn_fail(SBN_STATUS_UNSUPPORTED,
+                    "group '%s' (mpi): %d ranks; at most %d per group (the exact sums' headroom)", name,
+                    P, SBN_XSUM_MAX_TERMS);
+  }
+  pthread_once(&xbin_once, xbin_init);
   mpi_impl *m = calloc(1, sizeof *m);
-  int direct = P <= DIRECT_MAX_P;
   if (m) {
     m->comm = comm;
-    m->direct = direct;
-    m->abort_req = MPI_REQUEST_NULL;
-    m->send = malloc(ENV_MAX);
-    m->recv = malloc((size_t)P * (direct ? ENV_MAX : HDR_MAX));
-    m->reqs = malloc(sizeof *m->reqs * 2 * (size_t)P);
-    m->req_peer = malloc(sizeof *m->req_peer * 2 * (size_t)P);
-    m->hdrs = malloc(sizeof *m->hdrs * (size_t)P);
-    m->payloads = malloc(sizeof *m->payloads * (size_t)P);
+    m->ctrl_req = MPI_REQUEST_NULL;
+    m->gaveup_rank = -1;
+    m->prev_key = 0x57a27ull;
+    m->sigs_wire = malloc(sizeof *m->sigs_wire * (size_t)P);
     m->sigs = malloc(sizeof *m->sigs * (size_t)P);
-    m->counts = malloc(sizeof(int) * (size_t)P), m->displs = malloc(sizeof(int) * (size_t)P);
-    m->rcounts = malloc(sizeof(int) * (size_t)P), m->rdispls = malloc(sizeof(int) * (size_t)P);
   }
   sbn_group *g = NULL;
-  if (m && m->send && m->recv && m->reqs && m->req_peer && m->hdrs && m->payloads && m->sigs &&
-      m->counts && m->displs && m->rcounts && m->rdispls)
-    g = sbn_group_alloc(&mpi_ops, m, rank, P, name);
+  if (m && m->sigs_wire && m->sigs && ensure_x(m, 1)) g = sbn_group_alloc(&mpi_ops, m, rank, P, name);
   if (!g) {
     impl_free(m);
     MPI_Comm_free(&comm);
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %d ranks", name, P);
   }
   if (P > 1) {
-    int rc = MPI_Irecv(m->abort_in, ABORT_BYTES, MPI_CHAR, MPI_ANY_SOURCE, TAG_ABORT, comm, &m->abort_req);
+    int rc = MPI_Irecv(&m->ctrl_in, (int)sizeof m->ctrl_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_CTRL, comm,
+                       &m->ctrl_req);
     if (rc != MPI_SUCCESS) {
       sbn_status st = backend_error(g, rc, "MPI_Irecv", "creating the group");
       sbn_group_destroy(g); /* clears the error: restore it */
-      return sbn_fail(st, "group '%s' (mpi): could not post its abort receive", name);
+      return sbn_fail(st, "group '%s' (mpi): could not post its control receive", name);
     }
   }
   *out = g;
@@ -559,18 +573,9 @@ static sbn_status wrap_comm(sbn_group **out, MPI_Comm comm, const char *name) {
 static sbn_status mpi_split(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig) {
   mpi_impl *m = g->impl;
   *out = NULL;
-  double deadline = 0;
-  sbn_status st = begin(g, sig, &deadline);
-  if (st != SBN_STATUS_OK) return st;
-  if (g->size > 1) {
-    /* Agree first (nonblocking, bounded): a disagreement or a missing rank
-     * must not leave anyone inside the blocking MPI_Comm_split. */
-    st = exchange(g, sig, NULL, 0, 0, color, key, deadline);
-    if (st != SBN_STATUS_OK) return st;
-    st = verdict(g);
-  } else {
-    st = sbn_sig_verdict(g, sig, 0);
-  }
+  /* Agree first (nonblocking, bounded): a disagreement or a missing rank
+   * must not leave anyone inside the blocking MPI_Comm_split. */
+  sbn_status st = collective(g, sig, NULL, 0, SBN_DTYPE_FLOAT64);
   if (st != SBN_STATUS_OK) return st;
   MPI_Comm nc = MPI_COMM_NULL;
   int rc = MPI_Comm_split(m->comm, color >= 0 ? color : MPI_UNDEFINED, key, &nc);
@@ -597,15 +602,16 @@ static void mpi_destroy(sbn_group *g) {
     return;
   }
   if (m->broken) {
-    /* Sends or collectives of the failed call may still reference the
-     * buffers: MPI_Comm_free lets them finish; the memory is not reused. */
+    /* The failed call's reduction may still reference the buffers:
+     * MPI_Comm_free lets it finish; the memory is not reused. */
     MPI_Comm_free(&m->comm);
     return;
   }
-  if (m->abort_req != MPI_REQUEST_NULL) {
-    MPI_Cancel(&m->abort_req);
-    MPI_Wait(&m->abort_req, MPI_STATUS_IGNORE);
+  if (m->ctrl_req != MPI_REQUEST_NULL) {
+    MPI_Cancel(&m->ctrl_req);
+    MPI_Wait(&m->ctrl_req, MPI_STATUS_IGNORE);
   }
+  for (int i = 0; i < m->n_out; i++) MPI_Wait(&m->outbox[i]->req, MPI_STATUS_IGNORE);
   MPI_Comm_free(&m->comm);
   impl_free(m);
 }

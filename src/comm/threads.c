@@ -11,6 +11,7 @@
  * order of the ranks, so every rank gets bitwise the same result, run after
  * run, and the same bits as the MPI backend. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,11 +80,18 @@ static void rv_release(rendezvous *rv) {
   free(rv->present), free(rv->slots), free(rv->sigs), free(rv);
 }
 
-/* Wait until every rank of the group has reached this phase. */
-static sbn_status phase(sbn_group *g, const char *what) {
+/* Wait until every rank of the group has reached this phase.
+ *
+ * Only the first phase of a collective (`arrival`) can time out: once every
+ * rank has arrived, the rest is memory traffic between live threads that
+ * finishes, and a rank must not leave a later phase early, because slower
+ * peers may still be reading its buffer or its stack (the reduction, the
+ * split's contributions). So a timed-out rank leaves only while nobody has
+ * read anything of this collective yet. */
+static sbn_status phase(sbn_group *g, const char *what, int arrival) {
   rendezvous *rv = g->impl;
   pthread_mutex_lock(&rv->mu);
-  if (rv->broken) {
+  if (arrival && rv->broken) {
     pthread_mutex_unlock(&rv->mu);
     return sbn_fail(SBN_STATUS_GROUP_BROKEN, "group '%s' is broken and can't be used (%s): %s",
                     g->name, what, rv->broken_msg);
@@ -98,14 +106,17 @@ static sbn_status phase(sbn_group *g, const char *what) {
     pthread_mutex_unlock(&rv->mu);
     return SBN_STATUS_OK;
   }
+  const int bounded = arrival && isfinite(g->timeout_s);
   struct timespec deadline;
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  double whole = (double)(time_t)g->timeout_s;
-  deadline.tv_sec += (time_t)whole;
-  deadline.tv_nsec += (long)((g->timeout_s - whole) * 1e9);
-  if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
-  while (rv->gen == my_gen && !rv->broken) {
-    int rc = pthread_cond_timedwait(&rv->cv, &rv->mu, &deadline);
+  if (bounded) {
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    double whole = floor(g->timeout_s); /* finite and < SBN_TIMEOUT_FOREVER: fits time_t */
+    deadline.tv_sec += (time_t)whole;
+    deadline.tv_nsec += (long)((g->timeout_s - whole) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+  }
+  while (rv->gen == my_gen && !(arrival && rv->broken)) {
+    int rc = bounded ? pthread_cond_timedwait(&rv->cv, &rv->mu, &deadline) : pthread_cond_wait(&rv->cv, &rv->mu);
     if (rc == ETIMEDOUT && rv->gen == my_gen && !rv->broken) {
       char missing[300];
       int len = 0;
@@ -117,11 +128,16 @@ static sbn_status phase(sbn_group *g, const char *what) {
                g->name, rv->size, g->timeout_s, what, missing);
       rv->broken = 1;
       rv->broken_status = SBN_STATUS_TIMEOUT;
+      /* leave the arrival: a late rank must not complete it (it fails at the
+       * broken check instead), so nobody reads what we posted */
+      rv->present[g->rank] = 0;
+      rv->arrived--;
       pthread_cond_broadcast(&rv->cv);
     }
   }
-  if (rv->gen == my_gen) { /* the group broke while we waited */
+  if (rv->gen == my_gen) { /* the group broke while we waited to arrive */
     sbn_status st = rv->broken_status;
+    if (rv->present[g->rank]) rv->present[g->rank] = 0, rv->arrived--;
     pthread_mutex_unlock(&rv->mu);
     return sbn_fail(st, "%s", rv->broken_msg);
   }
@@ -138,7 +154,7 @@ static sbn_status open_collective(sbn_group *g, const sbn_sig *sig, void *buf, v
   rv->sigs[g->rank] = *sig;
   rv->slots[g->rank].buf = buf;
   rv->slots[g->rank].aux = aux;
-  sbn_status st = phase(g, sig->what);
+  sbn_status st = phase(g, sig->what, 1);
   if (st != SBN_STATUS_OK) return st;
   *verdict = sbn_sig_verdict(g, rv->sigs, g->rank);
   return SBN_STATUS_OK;
@@ -149,7 +165,7 @@ static sbn_status open_collective(sbn_group *g, const sbn_sig *sig, void *buf, v
 static sbn_status close_collective(sbn_group *g, const sbn_sig *sig, sbn_status verdict) {
   char keep[1024];
   snprintf(keep, sizeof keep, "%s", sbn_last_error());
-  sbn_status st = phase(g, sig->what);
+  sbn_status st = phase(g, sig->what, 0);
   if (st != SBN_STATUS_OK) return st;
   if (verdict != SBN_STATUS_OK) sbn_fail(verdict, "%s", keep);
   return verdict;
@@ -202,7 +218,7 @@ static sbn_status threads_allreduce(sbn_group *g, void *buf, size_t count, sbn_d
     memcpy((char *)buf + a * esize, chunk_tmp, (b - a) * esize);
     a = b;
   }
-  st = phase(g, sig->what);
+  st = phase(g, sig->what, 0);
   if (st != SBN_STATUS_OK) return st;
   for (int q = 0; q < rv->size; q++) {
     if (q == g->rank) continue;
@@ -265,7 +281,7 @@ static sbn_status threads_split(sbn_group **out, sbn_group *g, int color, int ke
       if (members[i] == g->rank) my_index = i;
     if (my_index == 0) mine.created = rv_create(m, m);
   }
-  st = phase(g, sig->what); /* leaders have published their rendezvous */
+  st = phase(g, sig->what, 0); /* leaders have published their rendezvous */
   if (st != SBN_STATUS_OK) {
     free(members);
     return st;

@@ -42,12 +42,16 @@ void sbn_restore_error(const char *saved) {
 }
 
 static int debug_enabled(void) {
-  static int cached = -1; /* benign race: every thread computes the same value */
-  if (cached < 0) {
+  /* Computed once, by whichever thread fails first; atomic, so threads
+   * failing at the same time (every rank of a group does) do not race. */
+  static int cached = -1;
+  int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
     const char *env = getenv("SYNCBN_DEBUG");
-    cached = env && env[0] && strcmp(env, "0") != 0;
+    v = env && env[0] && strcmp(env, "0") != 0;
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
   }
-  return cached;
+  return v;
 }
 
 sbn_status sbn_fail(sbn_status status, const char *fmt, ...) {

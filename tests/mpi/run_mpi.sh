@@ -2,7 +2,7 @@
 # The MPI tests of `make test` (entries of EXTRA_TEST_CMDS in mk/mpi.mk).
 # Each mpirun is bounded by `timeout`, so a hang fails instead of stalling
 # CI; every part prints its evidence; exit status non-zero on any failure.
-# Usage: tests/mpi/run_mpi.sh BUILD equivalence|faults|kill|torch
+# Usage: tests/mpi/run_mpi.sh BUILD equivalence|faults|algorithms|kill|torch
 set -u
 build=$1; what=$2
 # Open MPI refuses root without these (CI containers run as root); the test
@@ -24,7 +24,34 @@ faults)
     timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_faults" mismatch || fail "mismatch np=$np (exit $?)"
   done
   echo "### mpirun -np 3 test_mpi_faults timeout"
-  timeout -k 5 60 "${MPIRUN[@]}" -np 3 "$build/tests/mpi/test_mpi_faults" timeout || fail "timeout (exit $?)" ;;
+  timeout -k 5 60 "${MPIRUN[@]}" -np 3 "$build/tests/mpi/test_mpi_faults" timeout || fail "timeout (exit $?)"
+  for rep in 1 2; do
+    echo "### mpirun -np 4 test_mpi_faults timeout_exact (run $rep)"
+    timeout -k 5 60 "${MPIRUN[@]}" -np 4 "$build/tests/mpi/test_mpi_faults" timeout_exact || fail "timeout_exact (exit $?)"
+  done
+  echo "### SYNCBN_TIMEOUT=1e30 mpirun -np 3 test_mpi_faults forever"
+  SYNCBN_TIMEOUT=1e30 timeout -k 5 60 "${MPIRUN[@]}" -x SYNCBN_TIMEOUT -np 3 "$build/tests/mpi/test_mpi_faults" forever || fail "forever (exit $?)" ;;
+algorithms)
+  # Reproducibility: the same bits whatever reduction algorithm the engine
+  # runs. The MPI backend's collectives are MPI_Iallreduce (Open MPI's
+  # libnbc: coll_libnbc_iallreduce_algorithm 1 ring, 2 binomial, 3
+  # rabenseifner, 4 recursive doubling); the blocking MPI_Allreduce
+  # algorithms (coll_tuned_allreduce_algorithm) are forced too, for the
+  # engine's own sums the test prints as evidence that the order matters.
+  # Each run checks every result bitwise against the threads backend and the
+  # correctly rounded exact sum, so all runs agree with each other.
+  for np in 3 4; do
+    for alg in 1 2 3 4; do
+      echo "### np=$np coll_libnbc_iallreduce_algorithm=$alg coll_tuned_allreduce_algorithm=$((alg + 2))"
+      log=$(mktemp)
+      timeout -k 5 120 "${MPIRUN[@]}" -np "$np" --mca coll_libnbc_iallreduce_algorithm "$alg" \
+        --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm $((alg + 2)) \
+        "$build/tests/mpi/test_mpi_equivalence" 6 >"$log" 2>&1; rc=$?
+      grep -E "^(FAIL|np=)|engine" "$log"
+      [ $rc -eq 0 ] || { tail -30 "$log"; fail "np=$np algorithm $alg (exit $rc)"; }
+      rm -f "$log"
+    done
+  done ;;
 kill)
   # A rank that dies (SIGKILL) mid-training: the job must end, non-zero,
   # within bounded time, with mpirun's message naming the rank. A rank that

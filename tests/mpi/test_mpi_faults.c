@@ -7,6 +7,10 @@
  *   test_mpi_faults timeout    the last rank arrives late: the others must
  *                              get SBN_STATUS_TIMEOUT after the group's
  *                              timeout naming it, the late rank an error too.
+ *   test_mpi_faults timeout_exact   two ranks missing, the waiting ranks
+ *                              skewed: exact list of the missing ranks and
+ *                              SBN_STATUS_TIMEOUT on every waiting rank.
+ *   test_mpi_faults forever    SYNCBN_TIMEOUT=1e30: waits, sleeping.
  *   test_mpi_faults kill       rank 1 SIGKILLs itself mid-training (the
  *                              wrapper checks that the job ends quickly).
  *   test_mpi_faults stop       rank 1 SIGSTOPs itself mid-training (alive
@@ -188,6 +192,69 @@ static int mode_timeout(sbn_group *world) {
   return bad;
 }
 
+/* Two ranks missing, and the waiting ranks arrive at different times (rank
+ * 0 0.7 s after rank 2): the message must name exactly the missing ranks
+ * ("1, 3": not a subset, not an innocent one), and the status must not
+ * depend on who gave up first: rank 0 hears rank 2's verdict before its own
+ * deadline and must still return SBN_STATUS_TIMEOUT like rank 2. */
+static sbn_status exact_expect(int r) { return r % 2 ? SBN_STATUS_GROUP_BROKEN : SBN_STATUS_TIMEOUT; }
+
+static int mode_timeout_exact(sbn_group *world) {
+  const double timeout = 1.5;
+  sbn_group_set_timeout(world, timeout);
+  sbn_bn_options opt = sbn_bn_options_default(8);
+  sbn_bn *a;
+  CHECK_OK(sbn_bn_create(&a, &opt, world));
+  io t;
+  io_make(&t, 8, 70 + rank);
+  CHECK_OK(sbn_bn_forward(a, &t.y, &t.x));
+  outcome o;
+  double t0 = now_s();
+  if (rank % 2) sleep(4);                         /* ranks 1 and 3 never arrive in time */
+  if (rank == 0) usleep(700000);                  /* rank 0 arrives late, but in time */
+  sbn_status st = sbn_bn_backward(a, &t.dx, &t.dy, &t.x);
+  record(&o, st, t0);
+  if (rank % 2 == 0) {
+    const char *want = P == 4 ? "waiting for rank(s) 1, 3" : "waiting for rank(s) 1";
+    const char *p = strstr(o.msg, "waiting for rank(s) ");
+    if (!p || strcmp(p, want) != 0 || !strstr(o.msg, "backward of layer #0")) {
+      fprintf(stderr, "rank %d: message names the wrong ranks (want exactly \"%s\")\n", rank, want);
+      o.st = -1;
+    }
+  }
+  int bad = report("ranks 1 and 3 missing, rank 0 arrives 0.7 s after rank 2 (timeout 1.5 s)", &o, exact_expect,
+                   timeout + 3.5);
+  sbn_bn_destroy(a);
+  rank_data_free(&t.d);
+  return bad;
+}
+
+/* SYNCBN_TIMEOUT=1e30 (set by run_mpi.sh): wait forever, and sleep while
+ * waiting. Rank 1 arrives 1.5 s late; the others must succeed having used
+ * little CPU meanwhile. */
+static int mode_forever(sbn_group *world) {
+  double v[3] = {1.0 * rank, 2.0, -0.5 * rank};
+  if (rank == 1) sleep(1);
+  usleep(500000);
+  struct timespec c0, c1;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+  double t0 = now_s();
+  if (rank == 1) usleep(1000);
+  sbn_status st = sbn_group_allreduce(world, v, 3, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+  double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+  outcome o;
+  record(&o, st, t0);
+  double want0 = P * (P - 1) / 2.0;
+  if (st == SBN_STATUS_OK && (v[0] != want0 || v[1] != 2.0 * P || v[2] != -0.5 * want0)) o.st = -1;
+  if (cpu > 0.5) {
+    fprintf(stderr, "rank %d: used %.2f s of CPU waiting %.2f s (must sleep)\n", rank, cpu, o.secs);
+    o.st = -1;
+  }
+  if (rank == 0) printf("rank 0 waited %.2f s using %.3f s of CPU\n", o.secs, cpu);
+  return report("SYNCBN_TIMEOUT=1e30: rank 1 arrives 1 s late, the others wait (sleeping)", &o, all_ok, 3);
+}
+
 /* Training until rank 1 kills or stops itself at step 3; the others go on
  * and must not hang (kill: mpirun ends the job; stop: the group times out,
  * we print the error and MPI_Abort like a user program would). */
@@ -238,6 +305,8 @@ int main(int argc, char **argv) {
   int bad;
   if (!strcmp(mode, "mismatch")) bad = mode_mismatch(world);
   else if (!strcmp(mode, "timeout")) bad = mode_timeout(world);
+  else if (!strcmp(mode, "timeout_exact")) bad = mode_timeout_exact(world);
+  else if (!strcmp(mode, "forever")) bad = mode_forever(world);
   else if (!strcmp(mode, "kill")) bad = mode_die(world, SIGKILL);
   else if (!strcmp(mode, "stop")) bad = mode_die(world, SIGSTOP);
   else {
