@@ -1,5 +1,5 @@
 /* syncbn-bench: the CPU kernels against the machine's memory bandwidth and
- * against PyTorch, in one run (DESIGN §6, issue 4).
+ * against PyTorch, in one run (method and results: BENCHMARKS.md).
  *
  *  1. copy bandwidth: a large parallel memcpy, bytes read + written;
  *  2. forward and backward of one rank (group NULL) over the ResNet-50

@@ -144,8 +144,9 @@ SBN_API int64_t sbn_tensor_numel(const sbn_tensor *t);
 /* ------------------------------------------------------------------------ */
 
 /* A group of ranks that synchronize. Each rank holds its own handle.
- * Backends: "threads" (this header), "mpi" (syncbn_mpi.h), "nccl"
- * (syncbn_nccl.h). The layer never depends on which one a group uses. */
+ * Backends: "threads" (this header), "mpi" (syncbn_mpi.h, libsyncbn_mpi),
+ * "custom" (syncbn_custom.h). The layer never depends on which one a group
+ * uses. */
 typedef struct sbn_group sbn_group;
 
 /* --- in-process backend: a team of `size` thread ranks --- */
@@ -335,7 +336,7 @@ SBN_API sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
 
 
 /* ------------------------------------------------------------------------ */
-/* CPU kernels: storage types and threads within a rank (issue 4)           */
+/* CPU kernels: storage types and threads within a rank                     */
 /* ------------------------------------------------------------------------ */
 
 /* Storage: layer inputs and outputs (x, y, dy, dx) may be FLOAT32, BFLOAT16

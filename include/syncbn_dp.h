@@ -11,7 +11,7 @@
  * the tree synchronizes within the wrapper's ranks, broadcasts parameters
  * and buffers from rank 0 so every rank starts equal, plans gradient
  * buckets, and marks the tree wrapped (convert_sync_batchnorm is refused
- * from then on: convert before wrapping, as the seeds say).
+ * from then on: convert before wrapping, as PyTorch and Bagua require).
  *
  * Backward runs the model's backward and all-reduces the gradients in
  * buckets of options.bucket_bytes, each started as soon as all its gradients

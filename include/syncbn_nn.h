@@ -85,8 +85,8 @@ SBN_API sbn_status sbn_module_set_requires_grad(sbn_module *m, const char *name,
 
 /* The "wrapped" flag of a root (set by the data-parallel wrapper): while it
  * is set on a module or any of its ancestors, convert/revert of the tree
- * are refused with SBN_STATUS_BAD_STATE (the seeds' "convert before wrapping"
- * rule). */
+ * are refused with SBN_STATUS_BAD_STATE (PyTorch's and Bagua's rule:
+ * convert before wrapping). */
 SBN_API sbn_status sbn_module_set_wrapped(sbn_module *m, int wrapped);
 SBN_API int sbn_module_is_wrapped(const sbn_module *m); /* this module or an ancestor; -1 for NULL */
 
@@ -191,7 +191,7 @@ SBN_API sbn_status sbn_nn_basic_block_create(sbn_module **out, int64_t inplanes,
  * num_batches_tracked, training flag and requires_grad (existing
  * SyncBatchNorm modules are left as they are). *out = module, except when
  * module itself is a BatchNorm: then *out is a NEW module and `module` is
- * left unchanged and still owned by the caller (the seeds' contract).
+ * left unchanged and still owned by the caller (as in PyTorch).
  * All or nothing: on failure the tree is unchanged. Refused (BAD_STATE)
  * when the tree is wrapped (see sbn_module_set_wrapped), or when module is
  * itself a BatchNorm that has a parent (convert the parent instead).

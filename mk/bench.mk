@@ -1,4 +1,4 @@
-# syncbn-bench (issue 4): CPU kernels vs copy bandwidth and vs PyTorch.
+# syncbn-bench: CPU kernels vs copy bandwidth and vs PyTorch.
 #   make bench          build and run it (installs gnuplot and python3-torch
 #                       when missing); results in build/bench/
 #   make bench BENCH_ARGS=--quick   N = 8 shapes only

@@ -1,4 +1,4 @@
-# CPU kernels (issue 4): vectorized (AVX2 chosen at run time), OpenMP threads
+# CPU kernels: vectorized (AVX2 chosen at run time), OpenMP threads
 # within a rank, float32/bfloat16/float16 storage.
 .DEFAULT_GOAL := all
 

@@ -1,4 +1,4 @@
-# Module layer (issue 5): src/nn/* into libsyncbn, its tests and the example.
+# Module layer: src/nn/* into libsyncbn, its tests and the example.
 # Needs OpenBLAS (GEMMs of Linear/Conv2d), cJSON (safetensors headers) and
 # zlib (checkpoint data checksum), all Debian packages.
 NN_SRCS := $(sort $(wildcard src/nn/*.c))

@@ -1,4 +1,4 @@
-# syncbn-train, the main job (issue 6). Built with MPI support when mpicc
+# syncbn-train, the main job. Built with MPI support when mpicc
 # was found (mk/mpi.mk sets MPICC and MPI_CFLAGS first).
 TRAIN_SRCS := tools/train/model.c tools/train/trainer.c tools/train/report.c
 TRAIN_BIN := $(BUILD)/tools/syncbn-train

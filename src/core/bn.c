@@ -1,5 +1,5 @@
 /* The SyncBatchNorm layer: options, state, train/eval, and the orchestration
- * of kernels and the group's collective (DESIGN §3):
+ * of kernels and the group's collective (ARCHITECTURE.md):
  *   forward:  stats pass -> one all-reduce of 2C+1 doubles -> normalize pass
  *   backward: reduce pass -> one all-reduce of 2C doubles -> elementwise pass
  * Every state change happens after the last check that can fail, so a

@@ -132,7 +132,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   sbn_status st = perm && img && dlogits && lab && targets ? SBN_STATUS_OK : SBN_STATUS_OUT_OF_MEMORY;
   if (st != SBN_STATUS_OK) fprintf(stderr, "syncbn-train: out of memory\n");
   if (st == SBN_STATUS_OK) st = build_resnet(&model, train->channels, cfg->width, train->num_classes, cfg->seed);
-  if (st == SBN_STATUS_OK && cfg->sync_bn) { /* before wrapping, as the seeds require */
+  if (st == SBN_STATUS_OK && cfg->sync_bn) { /* before wrapping, as the wrapper requires */
     st = sbn_nn_convert_sync_batchnorm(&converted, model, g);
     if (st == SBN_STATUS_OK) model = converted;
   }
