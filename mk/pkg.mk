@@ -1,6 +1,8 @@
 # Packaging checks (tests/pkg/): each shared library exports exactly its
 # public headers' SBN_API declarations; the user's CC/CFLAGS work
-# (clang, -O2); make install + consumers built with pkg-config and CMake.
+# (clang, -O2); make install + consumers built with pkg-config and CMake;
+# the repository refers only to itself. And the OpenBLAS thread policy
+# (src/nn/blas.c).
 .DEFAULT_GOAL := all
 DEPS_TEST += binutils clang libomp-dev cmake pkgconf
 
@@ -11,7 +13,8 @@ TESTS += nn/test_nn_blas_threads
 EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_backend_host_v1 $(BUILD)/libsyncbn.so $(CORE_HEADERS)' \
                    'cmd:scripts/check_exports.sh $(BUILD)/libsyncbn_mpi.so include/syncbn_mpi.h' \
                    'cmd:tests/pkg/test_user_flags.sh' \
-                   'cmd:tests/pkg/test_install.sh $(BUILD)'
+                   'cmd:tests/pkg/test_install.sh $(BUILD)' \
+                   'cmd:tests/pkg/test_self_contained.sh'
 
 # Both export checks on a build directory (test_user_flags.sh runs it on its
 # clang build): make check-exports BUILD=dir
