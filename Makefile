@@ -63,7 +63,9 @@ FLAGS_STATE := $(CC) $(SBN_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS)
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_STATE)' ] || echo '$(FLAGS_STATE)' > $(FLAGS_STAMP))
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
-MPI_LIB_OBJS := $(MPI_LIB_SRCS:%.c=$(BUILD)/%.o)
+# The static archive holds only what libsyncbn.a does not (programs link
+# both); the shared library carries its own hidden copy of stateless helpers.
+MPI_LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(LIB_SRCS),$(MPI_LIB_SRCS)))
 # The shared backend library compiles the same sources with its calls into
 # libsyncbn routed through the table libsyncbn.so exports (backend_client.h).
 MPI_SO_OBJS  := $(MPI_LIB_SRCS:%.c=$(BUILD)/shared/%.o)

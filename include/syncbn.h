@@ -9,8 +9,10 @@
  * Naming: sbn_<object>_<action>; enum values carry their enum's name
  * (SBN_STATUS_*, SBN_DTYPE_*, ...). Outputs come first in argument lists.
  *
- * Threading: a handle (group, layer) is used by one thread at a time. Ranks of
- * the in-process backend are threads, each with its own handles.
+ * Threading: any function may be called from any thread; one handle (group,
+ * layer, module, wrapper) is used by one thread at a time. Ranks of the
+ * in-process backend are threads, each with its own handles. The README
+ * ("Threads and lifetimes") lists what must outlive what.
  *
  * Environment:
  *   SYNCBN_TIMEOUT  seconds a collective waits for missing ranks (default 300)

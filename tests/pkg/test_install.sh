@@ -119,5 +119,10 @@ a=$(cd "$prefix" && find . | sort) b=$(cd "$tmp/stage/opt/syncbn" 2>/dev/null &&
 grep -q '^prefix=/opt/syncbn$' "$tmp/stage/opt/syncbn/lib/pkgconfig/syncbn.pc" && ! grep -rq "$tmp/stage" "$tmp/stage/opt/syncbn/lib/pkgconfig" \
   && ok "staged syncbn.pc names the final prefix" || fail "staged syncbn.pc: $(grep prefix= "$tmp/stage/opt/syncbn/lib/pkgconfig/syncbn.pc")"
 
+echo "### make uninstall"
+make --no-print-directory -s uninstall BUILD="$build" PREFIX="$prefix" >"$tmp/uninstall.log" 2>&1 || { cat "$tmp/uninstall.log"; fail "make uninstall"; }
+left=$(find "$prefix" -not -type d)
+[ -z "$left" ] && ok "make uninstall removed every installed file" || fail "make uninstall left: $(echo $left | head -c 300)"
+
 [ $fails -eq 0 ] && echo "OK: install, pkg-config and CMake consumers" || echo "FAILED: $fails check(s)"
 [ $fails -eq 0 ]
