@@ -32,29 +32,39 @@ endif
 ASAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 TSAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
 SAN_SUPP := $(CURDIR)/tests/sanitize
-ASAN_ENV := ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1 \
+ASAN_ENV := TEST_TIMEOUT=1800 ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1 \
             LSAN_OPTIONS=suppressions=$(SAN_SUPP)/lsan.supp:print_suppressions=0 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(SAN_SUPP)/ubsan.supp
-TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SAN_SUPP)/tsan.supp:report_signal_unsafe=0
+TSAN_ENV := TEST_TIMEOUT=1800 TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1:second_deadlock_stack=1:suppressions=$(SAN_SUPP)/tsan.supp:report_signal_unsafe=0
 ASAN_MAKE := $(MAKE) --no-print-directory BUILD=build-asan MPICC= SBN_SANITIZE=1 CFLAGS="$(ASAN_CFLAGS)"
 TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan MPICC= SBN_SANITIZE=1 SBN_OPENMP=0 CFLAGS="$(TSAN_CFLAGS)"
 
-# The subset run by `make check` (a few minutes on 2 cores): the tests of
-# misuse, faults, limits and bad input under ASan/UBSan, and the tests whose
-# ranks and threads share memory under TSan. The full runs are the targets
-# above.
-SAN_QUICK_ASAN := test_misuse test_empty nn/test_nn_limits nn/test_nn_checkpoint test_bad_input
-SAN_QUICK_TSAN := test_groups test_misuse test_empty cmd:build-tsan/tests/dp/test_dp_wrap
+# The subset run by `make check` (a few minutes on 2 cores, timed in
+# README): the tests of misuse, empty batches, limits, checkpoints, the
+# wrapper's faults and the bad-input matrix under ASan/UBSan, and the tests
+# whose ranks and threads share memory under TSan. The full runs are the
+# targets above.
+SAN_QUICK_ASAN := test_misuse test_empty test_bad_input nn/test_nn_limits nn/test_nn_checkpoint \
+                  nn/test_nn_convert_optim
+SAN_QUICK_ASAN_CMDS := cmd:build-asan/tests/dp/test_dp_wrap_faults
+SAN_QUICK_TSAN := test_groups test_misuse test_empty
+SAN_QUICK_TSAN_CMDS := cmd:build-tsan/tests/dp/test_dp_wrap cmd:build-tsan/tests/dp/test_dp_wrap_faults
 
-.PHONY: check-asan check-tsan check-sanitize-quick
+.PHONY: check-asan check-tsan check-asan-quick check-tsan-quick
 check-asan:
 	+@$(ASAN_MAKE) all
 	+@env $(ASAN_ENV) $(ASAN_MAKE) check
 check-tsan:
 	+@$(TSAN_MAKE) all
 	+@env $(TSAN_ENV) $(TSAN_MAKE) check
-check-sanitize-quick:
-	+@$(ASAN_MAKE) $(SAN_QUICK_ASAN:%=build-asan/tests/%)
-	+@env $(ASAN_ENV) scripts/run_tests.sh build-asan $(SAN_QUICK_ASAN)
-	+@$(TSAN_MAKE) $(filter-out cmd:%,$(SAN_QUICK_TSAN:%=build-tsan/tests/%)) build-tsan/tests/dp/test_dp_wrap
-	+@env $(TSAN_ENV) scripts/run_tests.sh build-tsan $(SAN_QUICK_TSAN)
+check-asan-quick:
+	+@$(ASAN_MAKE) $(SAN_QUICK_ASAN:%=build-asan/tests/%) $(SAN_QUICK_ASAN_CMDS:cmd:%=%)
+	+@env $(ASAN_ENV) scripts/run_tests.sh build-asan $(SAN_QUICK_ASAN) $(SAN_QUICK_ASAN_CMDS)
+check-tsan-quick:
+	+@$(TSAN_MAKE) $(SAN_QUICK_TSAN:%=build-tsan/tests/%) $(SAN_QUICK_TSAN_CMDS:cmd:%=%)
+	+@env $(TSAN_ENV) scripts/run_tests.sh build-tsan $(SAN_QUICK_TSAN) $(SAN_QUICK_TSAN_CMDS)
+
+# In the normal suite (not inside a sanitizer build).
+ifneq ($(SBN_SANITIZE),1)
+EXTRA_TEST_CMDS += 'cmd:$(MAKE) --no-print-directory -j2 check-asan-quick'
+endif

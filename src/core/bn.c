@@ -63,9 +63,9 @@ static void bn_free(sbn_bn *bn) {
 
 sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group) {
   sbn_clear_error();
+  if (out) *out = NULL;
   if (!out || !o)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_create: %s is NULL", out ? "options" : "out");
-  *out = NULL;
   if (o->num_features <= 0)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_create: num_features must be > 0, got %lld",
                     (long long)o->num_features);

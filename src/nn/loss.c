@@ -10,6 +10,11 @@ static sbn_status ce_check(const sbn_tensor *logits, const int64_t *targets, dou
   if (logits->dtype != SBN_DTYPE_FLOAT32 || logits->device.type != SBN_DEVICE_CPU || logits->ndim != 2 ||
       logits->shape[0] < 0 || logits->shape[1] <= 0)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: logits must be float32 CPU (N, K) with K > 0", call);
+  if (sbn_tensor_numel(logits) < 0) {
+    char sh[96];
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: logits shape %s: size overflows", call,
+                    sbn_nn_shape_str(sh, sizeof sh, logits->ndim, logits->shape));
+  }
   const int64_t N = logits->shape[0], K = logits->shape[1];
   if (N > 0 && (!targets || !logits->data))
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", call, targets ? "logits data" : "targets");
