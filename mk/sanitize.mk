@@ -66,5 +66,6 @@ check-tsan-quick:
 
 # In the normal suite (not inside a sanitizer build).
 ifneq ($(SBN_SANITIZE),1)
-EXTRA_TEST_CMDS += 'cmd:$(MAKE) --no-print-directory -j2 check-asan-quick'
+EXTRA_TEST_CMDS += 'cmd:$(MAKE) --no-print-directory -j2 check-asan-quick' \
+                   'cmd:$(MAKE) --no-print-directory -j2 check-tsan-quick'
 endif
