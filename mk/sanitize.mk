@@ -47,7 +47,7 @@ TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan MPICC= SBN_SANITIZE=1
 SAN_QUICK_ASAN := test_misuse test_empty test_bad_input nn/test_nn_limits nn/test_nn_checkpoint \
                   nn/test_nn_convert_optim
 SAN_QUICK_ASAN_CMDS := cmd:build-asan/tests/dp/test_dp_wrap_faults
-SAN_QUICK_TSAN := test_groups test_misuse test_empty
+SAN_QUICK_TSAN := test_groups test_misuse test_empty test_first_call
 SAN_QUICK_TSAN_CMDS := cmd:build-tsan/tests/dp/test_dp_wrap cmd:build-tsan/tests/dp/test_dp_wrap_faults
 
 .PHONY: check-asan check-tsan check-asan-quick check-tsan-quick

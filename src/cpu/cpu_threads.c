@@ -7,6 +7,7 @@
  * max(1, cores / (ranks in this process x MPI processes on this node)),
  * cores being the CPUs this process may run on (sched_getaffinity). */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -37,19 +38,24 @@ static int usable_cores(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* Read once, by whichever rank comes first (pthread_once: the others wait,
+ * then read the values race-free; the steady state stays one check). */
+static int env_threads, cores, procs;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static void read_env(void) {
+  cores = usable_cores();
+  procs = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (procs < 1) procs = env_int("MPI_LOCALNRANKS");
+  if (procs < 1) procs = 1;
+  int e = env_int("SYNCBN_NUM_THREADS");
+  env_threads = e > 0 ? e : 0;
+}
+
 int sbn_cpu_threads(int ranks_in_process) {
   int t = __atomic_load_n(&threads_set, __ATOMIC_RELAXED);
   if (t > 0) return t;
-  static int env = -1, cores, procs; /* read once: the steady state stays cheap */
-  if (__atomic_load_n(&env, __ATOMIC_ACQUIRE) < 0) {
-    cores = usable_cores();
-    procs = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (procs < 1) procs = env_int("MPI_LOCALNRANKS");
-    if (procs < 1) procs = 1;
-    int e = env_int("SYNCBN_NUM_THREADS");
-    __atomic_store_n(&env, e > 0 ? e : 0, __ATOMIC_RELEASE);
-  }
-  if (env > 0) return env;
+  pthread_once(&env_once, read_env);
+  if (env_threads > 0) return env_threads;
   int share = (ranks_in_process > 0 ? ranks_in_process : 1) * procs;
   return cores / share > 1 ? cores / share : 1;
 }
