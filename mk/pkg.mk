@@ -1,5 +1,6 @@
 # Packaging checks (tests/pkg/): each shared library exports exactly its
-# public headers' SBN_API declarations; the user's CC/CFLAGS work
+# public headers' SBN_API declarations, every global symbol of the static
+# archives starts with sbn_; the user's CC/CFLAGS work
 # (clang, -O2); make install + consumers built with pkg-config and CMake;
 # the repository refers only to itself. And the OpenBLAS thread policy
 # (src/nn/blas.c).
@@ -17,6 +18,7 @@ EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_backend_ho
                    'cmd:scripts/check_exports.sh $(BUILD)/libsyncbn_mpi.so include/syncbn_mpi.h' \
                    'cmd:tests/pkg/test_user_flags.sh' \
                    'cmd:tests/pkg/test_install.sh $(BUILD)' \
+                   'cmd:scripts/check_prefix.sh $(SBN_STATIC)' \
                    'cmd:tests/pkg/test_self_contained.sh'
 endif
 
