@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -485,12 +486,15 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
     st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot create a temporary file next to %s: %s", call, path, strerror(errno));
   } else {
     long written = 0;
+    /* The lock marks the file as live until renamed (checkpoint.c removes
+     * unlocked leftovers of crashed saves), so rename before close. */
+    (void)flock(fd, LOCK_EX | LOCK_NB);
     int err = fchmod(fd, 0644) != 0 || write_all(fd, hdr, 8 + hl, &written) != 0;
     for (int i = 0; !err && i < count; i++) err = write_all(fd, e[i].data, entry_bytes(&e[i]), &written) != 0;
     if (!err) err = fsync(fd) != 0;
     int saved = errno;
-    if (close(fd) != 0 && !err) err = 1, saved = errno;
     if (!err && rename(tmp, path) != 0) err = 1, saved = errno;
+    if (close(fd) != 0 && !err) err = 1, saved = errno;
     if (err) {
       unlink(tmp);
       st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: writing %s failed: %s (the previous file, if any, is intact)", call, path,
