@@ -5,6 +5,7 @@
  *   mpirun -np 4 syncbn-train --bn sync   one MPI process per rank
  *
  * See --help. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "train/args.h"
+#include "train/data.h"
+#include "train/fail.h"
+#include "train/launch.h"
 #include "train/report.h"
 #include "train/trainer.h"
 #ifdef SBN_TRAIN_WITH_MPI
@@ -28,25 +33,29 @@ static void usage(FILE *f) {
           "batch; with --bn sync its batch-norm statistics are synchronized over all ranks.\n\n"
           "  --ranks P          thread ranks in this process (default 4; under mpirun the\n"
           "                     MPI processes are the ranks and this is ignored)\n"
-          "  --batch B          images per rank per step (default 4)\n"
+          "  --batch B          images per rank per step (default 4; 1 works: batch-norm\n"
+          "                     statistics of images are over N x H x W values)\n"
           "  --epochs E         epochs (default 5)\n"
           "  --lr LR            SGD learning rate (default 0.02, cosine decay over the\n"
-          "                     epochs), --momentum M (0.9),\n"
-          "                     --weight-decay W (5e-4)\n"
+          "                     epochs), --momentum M (0.9), --weight-decay W (5e-4)\n"
           "  --bn MODE          sync | local | both (default both: train each, compare)\n"
-          "  --data SPEC        synthetic (default), cifar10:DIR (data_batch_*.bin,\n"
-          "                     test_batch.bin), mnist:DIR (train-images-idx3-ubyte, ...)\n"
+          "  --data SPEC        synthetic (default); fashion-mnist (Debian's\n"
+          "                     dataset-fashion-mnist); mnist:DIR (train-images-idx3-ubyte\n"
+          "                     ..., gzipped or not); cifar10:DIR (binary version:\n"
+          "                     data_batch_1.bin ... test_batch.bin)\n"
           "  --train-size N     synthetic training images (default 2048), --test-size N (1024)\n"
           "  --width W          channels of the first stage (default 16)\n"
           "  --seed S           seed for data, weights and shuffling (default 1)\n"
-          "  --checkpoint-dir D write an atomic checkpoint per epoch into D\n"
-          "  --resume           continue from D's checkpoint (exactly where it stopped)\n"
+          "  --checkpoint-dir D after every epoch write D/syncbn-train-MODE.safetensors (the\n"
+          "                     model: a PyTorch state dict) and ...MODE.resume.safetensors\n"
+          "  --resume           continue from D's resume file, exactly where it stopped\n"
+          "                     (refused if --ranks, --batch, --seed, --width or the data differ)\n"
           "  --out DIR          where train_log.csv and train_curves.png go (default build/run)\n"
           "  --stop-after K     stop after K steps as if interrupted (for tests)\n"
           "  --quiet            no per-epoch lines\n"
-          "  --help             this text\n\n"
-          "Ctrl-C stops after the current step and writes a checkpoint (with\n"
-          "--checkpoint-dir); --resume continues from it.\n");
+          "  --version, --help\n\n"
+          "Ctrl-C (SIGINT) or SIGTERM stops after the current step, on every rank, and\n"
+          "writes a checkpoint (with --checkpoint-dir); --resume continues from it.\n");
 }
 
 typedef struct run_ctx {
@@ -60,36 +69,37 @@ static int rank_main(sbn_group *world, void *arg) {
   return (int)train_run(world, &c->cfg, c->train, c->test, c->result);
 }
 
-static void on_sigint(int sig) {
+static void on_stop_signal(int sig) {
   (void)sig;
   train_interrupted = 1;
 }
 
-static sbn_status load_data(sbn_dataset *train, sbn_dataset *test, const char *spec, int64_t ntrain,
-                            int64_t ntest, uint64_t seed) {
-  if (!strcmp(spec, "synthetic")) {
-    sbn_status st = sbn_dataset_synthetic(train, ntrain, seed);
-    return st == SBN_STATUS_OK ? sbn_dataset_synthetic(test, ntest, seed + 1000003) : st;
+/* A group that broke (a rank stopped arriving) cannot be finalized: under
+ * MPI the job must be aborted or it waits for the lost rank forever. */
+static int group_broke(sbn_status st) {
+  return st == SBN_STATUS_TIMEOUT || st == SBN_STATUS_GROUP_BROKEN || st == SBN_STATUS_PEER_FAILED;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path) {
+  char p[4096];
+  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+  for (char *s = p + 1; *s; s++)
+    if (*s == '/') {
+      *s = 0;
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+      *s = '/';
+    }
+  return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* The output folder must exist and take files before any training starts. */
+static int check_dir(const char *what, const char *dir) {
+  if (make_dirs(dir) != 0 || access(dir, W_OK | X_OK) != 0) {
+    fprintf(stderr, "syncbn-train: %s '%s' is not a writable folder: %s\n", what, dir, strerror(errno));
+    return -1;
   }
-  char p[8][600];
-  if (!strncmp(spec, "cifar10:", 8)) {
-    const char *files[5];
-    for (int i = 0; i < 5; i++) snprintf(p[i], sizeof p[i], "%s/data_batch_%d.bin", spec + 8, i + 1), files[i] = p[i];
-    snprintf(p[5], sizeof p[5], "%s/test_batch.bin", spec + 8);
-    const char *tf[1] = {p[5]};
-    sbn_status st = sbn_dataset_load_cifar10(train, files, 5);
-    return st == SBN_STATUS_OK ? sbn_dataset_load_cifar10(test, tf, 1) : st;
-  }
-  if (!strncmp(spec, "mnist:", 6)) {
-    snprintf(p[0], sizeof p[0], "%s/train-images-idx3-ubyte", spec + 6);
-    snprintf(p[1], sizeof p[1], "%s/train-labels-idx1-ubyte", spec + 6);
-    snprintf(p[2], sizeof p[2], "%s/t10k-images-idx3-ubyte", spec + 6);
-    snprintf(p[3], sizeof p[3], "%s/t10k-labels-idx1-ubyte", spec + 6);
-    sbn_status st = sbn_dataset_load_mnist(train, p[0], p[1]);
-    return st == SBN_STATUS_OK ? sbn_dataset_load_mnist(test, p[2], p[3]) : st;
-  }
-  fprintf(stderr, "syncbn-train: unknown --data '%s' (synthetic, cifar10:DIR or mnist:DIR)\n", spec);
-  return SBN_STATUS_INVALID_ARGUMENT;
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -97,41 +107,68 @@ int main(int argc, char **argv) {
                     .weight_decay = 5e-4, .sync_bn = 1, .seed = 1};
   const char *bn_mode = "both", *data = "synthetic", *out_dir = "build/run";
   int64_t ntrain = 2048, ntest = 1024;
-  enum { O_LR = 256, O_MOM, O_WD, O_BN, O_DATA, O_TRAIN, O_TEST, O_WIDTH, O_SEED, O_CKPT, O_RESUME, O_OUT, O_STOP, O_QUIET };
+  enum { O_LR = 256, O_MOM, O_WD, O_BN, O_DATA, O_TRAIN, O_TEST, O_WIDTH, O_SEED, O_CKPT, O_RESUME, O_OUT, O_STOP,
+         O_QUIET, O_VERSION };
   static const struct option opts[] = {
       {"ranks", 1, 0, 'p'}, {"batch", 1, 0, 'b'}, {"epochs", 1, 0, 'e'}, {"lr", 1, 0, O_LR},
       {"momentum", 1, 0, O_MOM}, {"weight-decay", 1, 0, O_WD}, {"bn", 1, 0, O_BN}, {"data", 1, 0, O_DATA},
       {"train-size", 1, 0, O_TRAIN}, {"test-size", 1, 0, O_TEST}, {"width", 1, 0, O_WIDTH}, {"seed", 1, 0, O_SEED},
       {"checkpoint-dir", 1, 0, O_CKPT}, {"resume", 0, 0, O_RESUME}, {"out", 1, 0, O_OUT},
-      {"stop-after", 1, 0, O_STOP}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-  for (int c; (c = getopt_long(argc, argv, "p:b:e:h", opts, NULL)) != -1;) {
+      {"stop-after", 1, 0, O_STOP}, {"quiet", 0, 0, O_QUIET}, {"version", 0, 0, O_VERSION}, {"help", 0, 0, 'h'},
+      {0, 0, 0, 0}};
+  opterr = 0; /* one line of our own instead of getopt's */
+  int bad = 0;
+  for (int c; !bad && (c = getopt_long(argc, argv, ":p:b:e:h", opts, NULL)) != -1;) {
     switch (c) {
-      case 'p': base.ranks = atoi(optarg); break;
-      case 'b': base.batch = atoi(optarg); break;
-      case 'e': base.epochs = atoi(optarg); break;
-      case O_LR: base.lr = atof(optarg); break;
-      case O_MOM: base.momentum = atof(optarg); break;
-      case O_WD: base.weight_decay = atof(optarg); break;
-      case O_BN: bn_mode = optarg; break;
+      case 'p': bad = arg_int(&base.ranks, "ranks", optarg, 1, 1024); break;
+      case 'b': bad = arg_int(&base.batch, "batch", optarg, 1, 4096); break;
+      case 'e': bad = arg_int(&base.epochs, "epochs", optarg, 1, TRAIN_MAX_EPOCHS); break;
+      case O_LR: bad = arg_double(&base.lr, "lr", optarg, 0, 1e3, 1); break;
+      case O_MOM: bad = arg_double(&base.momentum, "momentum", optarg, 0, 1, 0); break;
+      case O_WD: bad = arg_double(&base.weight_decay, "weight-decay", optarg, 0, 1, 0); break;
+      case O_BN:
+        bn_mode = optarg;
+        if (strcmp(bn_mode, "sync") && strcmp(bn_mode, "local") && strcmp(bn_mode, "both"))
+          bad = 1, fprintf(stderr, "syncbn-train: --bn '%s': expected sync, local or both\n", optarg);
+        break;
       case O_DATA: data = optarg; break;
-      case O_TRAIN: ntrain = atoll(optarg); break;
-      case O_TEST: ntest = atoll(optarg); break;
-      case O_WIDTH: base.width = atoi(optarg); break;
-      case O_SEED: base.seed = strtoull(optarg, NULL, 10); break;
+      case O_TRAIN: bad = arg_i64(&ntrain, "train-size", optarg, 2, (int64_t)1 << 26); break;
+      case O_TEST: bad = arg_i64(&ntest, "test-size", optarg, 1, (int64_t)1 << 26); break;
+      case O_WIDTH: bad = arg_int(&base.width, "width", optarg, 1, 4096); break;
+      case O_SEED: bad = arg_u64(&base.seed, "seed", optarg); break;
       case O_CKPT: base.ckpt_dir = optarg; break;
       case O_RESUME: base.resume = 1; break;
       case O_OUT: out_dir = optarg; break;
-      case O_STOP: base.stop_after_steps = atoll(optarg); break;
+      case O_STOP: bad = arg_i64(&base.stop_after_steps, "stop-after", optarg, 1, INT64_MAX); break;
       case O_QUIET: base.quiet = 1; break;
+      case O_VERSION: {
+        int v = sbn_version();
+        printf("syncbn-train %d.%d.%d (libsyncbn %d.%d.%d)\n", SYNCBN_VERSION_MAJOR, SYNCBN_VERSION_MINOR,
+               SYNCBN_VERSION_PATCH, v / 10000, v / 100 % 100, v % 100);
+        return 0;
+      }
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case ':': bad = 1, fprintf(stderr, "syncbn-train: %s needs a value\n", argv[optind - 1]); break;
+      default: bad = 1, fprintf(stderr, "syncbn-train: unknown option '%s'\n", argv[optind - 1]); break;
     }
+  }
+  if (!bad && optind < argc) bad = 1, fprintf(stderr, "syncbn-train: unexpected argument '%s'\n", argv[optind]);
+  if (bad) {
+    fprintf(stderr, "Try 'syncbn-train --help' for the options.\n");
+    return 2;
   }
   int want_sync = !strcmp(bn_mode, "sync") || !strcmp(bn_mode, "both");
   int want_local = !strcmp(bn_mode, "local") || !strcmp(bn_mode, "both");
-  if ((!want_sync && !want_local) || base.ranks < 1 || base.batch < 1 || base.epochs < 1 ||
-      base.epochs > TRAIN_MAX_EPOCHS || base.width < 1 || ntrain < 2 || ntest < 1 || !(base.lr > 0)) {
-    fprintf(stderr, "syncbn-train: bad arguments (see --help)\n");
+
+  char why[512];
+#ifdef SBN_TRAIN_WITH_MPI
+  const int with_mpi = 1;
+#else
+  const int with_mpi = 0;
+#endif
+  launch_kind launch = launch_detect(with_mpi, why, sizeof why);
+  if (launch == LAUNCH_REFUSED) {
+    fprintf(stderr, "syncbn-train: %s\n", why);
     return 2;
   }
 
@@ -141,7 +178,7 @@ int main(int argc, char **argv) {
   sbn_group *mpi_world = NULL;
   int rank = 0;
 #ifdef SBN_TRAIN_WITH_MPI
-  if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) { /* launched by mpirun */
+  if (launch == LAUNCH_MPI) {
     MPI_Init(&argc, &argv);
     sbn_status st = sbn_group_from_mpi(&mpi_world, MPI_COMM_WORLD);
     if (st != SBN_STATUS_OK) {
@@ -151,19 +188,52 @@ int main(int argc, char **argv) {
     rank = sbn_group_rank(mpi_world);
     base.ranks = sbn_group_size(mpi_world);
   }
+#define ABORT_JOB(code) \
+  do {                  \
+    if (mpi_world) MPI_Abort(MPI_COMM_WORLD, code); \
+  } while (0)
+#else
+#define ABORT_JOB(code) ((void)0)
 #endif
+  if ((int64_t)base.ranks * base.batch < 2) { /* every BN of a step needs 2 values: a global batch of 2 */
+    if (rank == 0)
+      fprintf(stderr, "syncbn-train: --ranks %d x --batch %d is a global batch of 1; use at least 2 images per step\n",
+              base.ranks, base.batch);
+    ABORT_JOB(2);
+    return 2;
+  }
   base.progress = rank == 0 && isatty(STDERR_FILENO) && !base.quiet;
   if (rank != 0) base.quiet = 1;
-  signal(SIGINT, on_sigint);
-  mkdir(out_dir, 0755);
-  if (base.ckpt_dir) mkdir(base.ckpt_dir, 0755);
+  /* SIGINT: Ctrl-C. SIGTERM: schedulers (Slurm, Kubernetes) and mpirun,
+   * which turns Ctrl-C into SIGTERM to every rank, then SIGKILL after
+   * odls_base_sigkill_timeout (1 s by default). */
+  signal(SIGINT, on_stop_signal);
+  signal(SIGTERM, on_stop_signal);
+  signal(SIGPIPE, SIG_IGN);
+
+  char csv[4200], png[4200];
+  snprintf(csv, sizeof csv, "%s/train_log.csv", out_dir);
+  snprintf(png, sizeof png, "%s/train_curves.png", out_dir);
+  int io_bad = 0;
+  if (rank == 0) {
+    io_bad = check_dir("--out", out_dir) || (base.ckpt_dir && check_dir("--checkpoint-dir", base.ckpt_dir));
+    if (!io_bad && !base.resume && report_csv_create(csv) != 0)
+      io_bad = 1, fprintf(stderr, "syncbn-train: cannot write %s: %s\n", csv, strerror(errno));
+  }
+  if (io_bad) {
+    ABORT_JOB(2);
+    return 2;
+  }
+  base.csv_path = csv;
 
   sbn_dataset train = {0}, test = {0};
-  sbn_status st = load_data(&train, &test, data, ntrain, ntest, base.seed);
+  sbn_status st = train_load_data(&train, &test, data, ntrain, ntest, base.seed);
   if (st != SBN_STATUS_OK) {
-    fprintf(stderr, "syncbn-train: %s\n", sbn_last_error());
+    fprintf(stderr, "syncbn-train: %s\n", train_error());
+    ABORT_JOB(1);
     return 1;
   }
+  base.data_fingerprint = train_fingerprint(&train);
   if (rank == 0)
     printf("syncbn-train: %s data (%lld train / %lld test images of %dx%dx%d), %d %s ranks x batch %d, %d epochs\n",
            train.name, (long long)train.count, (long long)test.count, train.channels, train.height, train.width,
@@ -172,7 +242,7 @@ int main(int argc, char **argv) {
   static train_result results[2];
   const char *modes[2];
   const train_result *res_ptrs[2];
-  int nmodes = 0, failed = 0;
+  int nmodes = 0, failed = 0, broke = 0;
   for (int pass = 0; pass < 2 && !failed; pass++) {
     if (pass == 0 ? !want_sync : !want_local) continue;
     run_ctx ctx = {base, &train, &test, &results[nmodes]};
@@ -183,37 +253,48 @@ int main(int argc, char **argv) {
     st = mpi_world ? (sbn_status)rank_main(mpi_world, &ctx) : sbn_team_run(base.ranks, rank_main, &ctx);
     if (st != SBN_STATUS_OK) {
       fprintf(stderr, "syncbn-train: rank %d: training failed: %s: %s\n", rank, sbn_status_name(st),
-              results[nmodes].error[0] ? results[nmodes].error : sbn_last_error());
-      failed = 1;
+              results[nmodes].error[0] ? results[nmodes].error : train_error());
+      failed = 1, broke = group_broke(st);
     }
     nmodes++;
     if (results[nmodes - 1].interrupted) break;
   }
   int rc = failed;
   if (rank == 0 && nmodes > 0 && !failed) {
-    char csv[600], png[600];
-    snprintf(csv, sizeof csv, "%s/train_log.csv", out_dir);
-    snprintf(png, sizeof png, "%s/train_curves.png", out_dir);
     printf("\n  %-16s %10s %12s %12s\n", "batch norm", "final loss", "train acc", "test acc");
     for (int i = 0; i < nmodes; i++) {
       const train_result *r = res_ptrs[i];
       const epoch_stats *e = r->epochs_done ? &r->epoch[r->epochs_done - 1] : NULL;
-      printf("  %-16s %10.4f %11.1f%% %11.1f%%%s\n", i == 0 && want_sync ? "SyncBN" : "local BN", e ? e->loss : 0,
-             e ? 100 * e->train_acc : 0, e ? 100 * e->test_acc : 0, r->interrupted ? "  (interrupted)" : "");
+      if (e)
+        printf("  %-16s %10.4f %11.1f%% %11.1f%%%s\n", !strcmp(modes[i], "syncbn") ? "SyncBN" : "local BN", e->loss,
+               100 * e->train_acc, 100 * e->test_acc, r->interrupted ? "  (interrupted)" : "");
+      else
+        printf("  %-16s %10s %12s %12s%s\n", !strcmp(modes[i], "syncbn") ? "SyncBN" : "local BN", "-", "-", "-",
+               r->interrupted ? "  (interrupted before an epoch completed)" : "");
       if (r->checkpoint[0]) printf("  checkpoint: %s\n", r->checkpoint);
+      if (r->images_skipped)
+        printf("  (local BN skipped the last %lld image(s) of each epoch: fewer than the %d ranks)\n",
+               (long long)r->images_skipped, base.ranks);
     }
-    if (report_csv(csv, modes, res_ptrs, nmodes) == 0) printf("  log:  %s\n", csv);
+    printf("  log:  %s\n", csv);
+    fflush(stdout);
     char title[200];
     snprintf(title, sizeof title, "syncbn-train: %d ranks x batch %d, %s data", base.ranks, base.batch, train.name);
-    if (report_plot(png, csv, title) == 0) printf("  plot: %s\n", png);
+    if (report_plot(png, csv, title, modes, nmodes) == 0) printf("  plot: %s\n", png);
     else printf("  plot: not drawn (gnuplot missing or failed)\n");
   }
   sbn_dataset_free(&train), sbn_dataset_free(&test);
 #ifdef SBN_TRAIN_WITH_MPI
   if (mpi_world) {
+    if (broke) { /* a lost rank would keep MPI_Finalize waiting forever */
+      fprintf(stderr, "syncbn-train: rank %d: the group is broken; aborting the MPI job\n", rank);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     sbn_group_destroy(mpi_world);
     MPI_Finalize();
   }
 #endif
+  (void)broke;
   return rc;
 }

@@ -1,37 +1,100 @@
 #include "report.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-int report_csv(const char *path, const char *const *modes, const train_result *const *results, int n) {
+int report_csv_create(const char *path) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
-  fprintf(f, "mode,epoch,loss,train_acc,test_acc,images_per_s\n");
-  for (int i = 0; i < n; i++)
-    for (int e = 0; e < results[i]->epochs_done; e++) {
-      const epoch_stats *s = &results[i]->epoch[e];
-      fprintf(f, "%s,%d,%.6f,%.6f,%.6f,%.1f\n", modes[i], e + 1, s->loss, s->train_acc, s->test_acc, s->images_per_s);
-    }
+  fprintf(f, "%s\n", REPORT_CSV_HEADER);
   return fclose(f) == 0 ? 0 : -1;
 }
 
-int report_plot(const char *png_path, const char *csv_path, const char *title) {
-  if (system("command -v gnuplot >/dev/null 2>&1") != 0) return -1;
-  FILE *g = popen("gnuplot 2>/dev/null", "w");
-  if (!g) return -1;
-  fprintf(g,
-          "set terminal pngcairo size 1000,420 noenhanced\n"
-          "set output '%s'\n"
-          "set datafile separator ','\n"
-          "set multiplot layout 1,2 title '%s'\n"
-          "set xlabel 'epoch'; set xtics 1; set grid; set key bottom right\n"
-          "set title 'test accuracy (%%)'; set yrange [0:100]\n"
-          "plot '%s' using (strcol(1) eq 'syncbn' ? $2 : NaN):($5*100) with linespoints lw 2 title 'SyncBN', "
-          "'' using (strcol(1) eq 'localbn' ? $2 : NaN):($5*100) with linespoints lw 2 title 'local BN'\n"
-          "set title 'training loss'; set autoscale y; set key top right\n"
-          "plot '%s' using (strcol(1) eq 'syncbn' ? $2 : NaN):3 with linespoints lw 2 title 'SyncBN', "
-          "'' using (strcol(1) eq 'localbn' ? $2 : NaN):3 with linespoints lw 2 title 'local BN'\n"
-          "unset multiplot\n",
-          png_path, title, csv_path, csv_path);
-  return pclose(g) == 0 ? 0 : -1;
+int report_csv_trim(const char *path, const char *mode, int next_epoch) {
+  FILE *f = fopen(path, "r");
+  if (!f) return errno == ENOENT ? report_csv_create(path) : -1;
+  char tmp[4200];
+  if (snprintf(tmp, sizeof tmp, "%s.trim", path) >= (int)sizeof tmp) return fclose(f), -1;
+  FILE *o = fopen(tmp, "w");
+  if (!o) return fclose(f), -1;
+  char line[1024];
+  size_t ml = strlen(mode);
+  int first = 1;
+  while (fgets(line, sizeof line, f)) {
+    if (first && strncmp(line, "mode,", 5) != 0) fprintf(o, "%s\n", REPORT_CSV_HEADER); /* no header */
+    first = 0;
+    if (!strncmp(line, mode, ml) && line[ml] == ',') {
+      int epoch = atoi(line + ml + 1); /* 1-based */
+      int partial = strstr(line, ",partial") != NULL;
+      if (epoch > next_epoch + 1 || (epoch == next_epoch + 1 && !partial)) continue;
+    }
+    fputs(line, o);
+  }
+  if (first) fprintf(o, "%s\n", REPORT_CSV_HEADER);
+  int err = ferror(f);
+  fclose(f);
+  if (fclose(o) != 0 || err || rename(tmp, path) != 0) return unlink(tmp), -1;
+  return 0;
+}
+
+int report_csv_row(const char *path, const char *mode, int epoch, const epoch_stats *s, int64_t steps, int partial) {
+  FILE *f = fopen(path, "a");
+  if (!f) return -1;
+  fprintf(f, "%s,%d,%.6f,%.6f,", mode, epoch, s->loss, s->train_acc);
+  if (partial) fprintf(f, ",");
+  else fprintf(f, "%.6f,", s->test_acc);
+  fprintf(f, "%.1f,%lld,%s\n", s->images_per_s, (long long)steps, partial ? "partial" : "complete");
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The gnuplot script: ARG1 png, ARG2 csv, ARG3 title, ARG4 the modes run
+ * (space-separated words). Only complete rows are drawn. */
+static const char plot_script[] =
+    "set terminal pngcairo size 1000,420 noenhanced\n"
+    "set output ARG1\n"
+    "set datafile separator ','\n"
+    "set datafile missing ''\n"
+    "label(m) = m eq 'syncbn' ? 'SyncBN' : 'local BN'\n"
+    "sel(m) = (strcol(1) eq m && strcol(8) eq 'complete') ? $2 : NaN\n"
+    "set multiplot layout 1,2 title ARG3\n"
+    "set xlabel 'epoch'; set xtics 1; set grid; set key bottom right\n"
+    "set title 'test accuracy (%)'; set yrange [0:100]\n"
+    "plot for [m in ARG4] ARG2 using (sel(m)):($5*100) with linespoints lw 2 title label(m)\n"
+    "set title 'training loss'; set autoscale y; set key top right\n"
+    "plot for [m in ARG4] ARG2 using (sel(m)):3 with linespoints lw 2 title label(m)\n"
+    "unset multiplot\n";
+
+int report_plot(const char *png_path, const char *csv_path, const char *title, const char *const *modes, int n) {
+  char words[64] = "";
+  for (int i = 0; i < n; i++) {
+    if (strlen(words) + strlen(modes[i]) + 2 > sizeof words) return -1;
+    if (i) strcat(words, " ");
+    strcat(words, modes[i]);
+  }
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return close(fds[0]), close(fds[1]), -1;
+  if (pid == 0) { /* gnuplot reads the script from the pipe; data as arguments */
+    dup2(fds[0], 0);
+    close(fds[0]), close(fds[1]);
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, 1), dup2(devnull, 2);
+    execlp("gnuplot", "gnuplot", "-c", "/dev/stdin", png_path, csv_path, title, words, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[0]);
+  size_t len = sizeof plot_script - 1;
+  int werr = write(fds[1], plot_script, len) != (ssize_t)len;
+  close(fds[1]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return !werr && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }

@@ -10,10 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "model.h"
+#include "fail.h"
+#include "report.h"
 
 volatile sig_atomic_t train_interrupted;
 
@@ -23,32 +26,58 @@ static double now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static uint64_t splitmix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 /* Fisher-Yates with a splitmix stream: the epoch's order depends only on
  * (seed, epoch), so a resumed run sees exactly the same batches. */
 static void shuffle(int64_t *idx, int64_t n, uint64_t seed, int epoch) {
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch * 0xD1B54A32D192ED03ull + 7;
   for (int64_t i = 0; i < n; i++) idx[i] = i;
   for (int64_t i = n - 1; i > 0; i--) {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    uint64_t z = splitmix(s += 0x9E3779B97F4A7C15ull);
     int64_t j = (int64_t)(z % (uint64_t)(i + 1));
     int64_t t = idx[i];
     idx[i] = idx[j], idx[j] = t;
   }
 }
 
-void train_checkpoint_path(char *buf, size_t cap, const train_cfg *cfg) {
-  snprintf(buf, cap, "%s/syncbn-train-%s.safetensors", cfg->ckpt_dir ? cfg->ckpt_dir : ".",
-           cfg->sync_bn ? "syncbn" : "localbn");
+uint64_t train_fingerprint(const sbn_dataset *d) {
+  uint64_t h = splitmix((uint64_t)d->count ^ (uint64_t)d->channels << 40 ^ (uint64_t)d->height << 20 ^
+                        (uint64_t)d->width ^ (uint64_t)d->num_classes << 56);
+  for (int64_t i = 0; i < d->count; i++) h = splitmix(h ^ (uint64_t)(uint32_t)d->labels[i]);
+  const uint32_t *px = (const uint32_t *)d->images; /* the float bits */
+  const size_t n = (size_t)d->count * d->channels * d->height * d->width;
+  for (size_t i = 0; i + 1 < n; i += 2) h = splitmix(h ^ ((uint64_t)px[i] << 32 | px[i + 1]));
+  if (n % 2) h = splitmix(h ^ px[n - 1]);
+  return h;
 }
 
-/* Everything a resume needs: model state, optimizer state, position. */
+static void ckpt_path(char *buf, size_t cap, const train_cfg *cfg, const char *suffix) {
+  snprintf(buf, cap, "%s/syncbn-train-%s%s", cfg->ckpt_dir ? cfg->ckpt_dir : ".", cfg->sync_bn ? "syncbn" : "localbn",
+           suffix);
+}
+void train_model_path(char *buf, size_t cap, const train_cfg *cfg) { ckpt_path(buf, cap, cfg, ".safetensors"); }
+void train_resume_path(char *buf, size_t cap, const train_cfg *cfg) {
+  ckpt_path(buf, cap, cfg, ".resume.safetensors");
+}
+
+/* The trainer's scalars in the resume file: position, the running sums of a
+ * partial epoch (so its log row comes out as if never interrupted) and the
+ * configuration that must not change across a resume. */
+enum { T_EPOCH, T_STEP, T_RANKS, T_BATCH, T_SEED, T_DATA, T_COUNT, T_WIDTH, T_NINT };
+static const char *const trainer_names[T_NINT] = {
+    "trainer.epoch",           "trainer.step",        "trainer.config.ranks", "trainer.config.batch",
+    "trainer.config.seed",     "trainer.config.data", "trainer.config.train_images", "trainer.config.width"};
+
 typedef struct ckpt_state {
-  sbn_nn_entry *entries;
-  int count;
-  int64_t epoch, step; /* the next step to run */
+  sbn_nn_entry *entries; /* model, then optimizer.*, then trainer.* */
+  int count, model_count;
+  int64_t v[T_NINT];
+  double sums[3]; /* loss_sum, correct, seen of the epoch so far */
 } ckpt_state;
 
 static sbn_status ckpt_entries(ckpt_state *c, sbn_module *model, sbn_nn_sgd *sgd) {
@@ -57,7 +86,7 @@ static sbn_status ckpt_entries(ckpt_state *c, sbn_module *model, sbn_nn_sgd *sgd
   sbn_status st = sbn_module_entries(&me, &mn, model, SBN_NN_STATE);
   if (st == SBN_STATUS_OK) st = sbn_nn_sgd_entries(&oe, &on, sgd);
   if (st == SBN_STATUS_OK) {
-    c->entries = calloc((size_t)(mn + on + 2), sizeof *c->entries);
+    c->entries = calloc((size_t)(mn + on + T_NINT + 1), sizeof *c->entries);
     if (!c->entries) st = SBN_STATUS_OUT_OF_MEMORY;
   }
   if (st == SBN_STATUS_OK) {
@@ -66,24 +95,86 @@ static sbn_status ckpt_entries(ckpt_state *c, sbn_module *model, sbn_nn_sgd *sgd
       c->entries[mn + i] = oe[i];
       snprintf(c->entries[mn + i].name, SBN_NN_NAME_MAX, "optimizer.%.200s", oe[i].name);
     }
-    static const char *const names[2] = {"trainer.epoch", "trainer.step"};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < T_NINT; i++) {
       sbn_nn_entry *e = &c->entries[mn + on + i];
-      snprintf(e->name, SBN_NN_NAME_MAX, "%s", names[i]);
+      snprintf(e->name, SBN_NN_NAME_MAX, "%s", trainer_names[i]);
       e->kind = SBN_NN_ENTRY_KIND_BUFFER, e->dtype = SBN_DTYPE_INT64, e->ndim = 0, e->numel = 1;
-      e->data = i ? &c->step : &c->epoch;
+      e->data = &c->v[i];
     }
-    c->count = mn + on + 2;
+    sbn_nn_entry *e = &c->entries[mn + on + T_NINT];
+    snprintf(e->name, SBN_NN_NAME_MAX, "trainer.epoch_sums");
+    e->kind = SBN_NN_ENTRY_KIND_BUFFER, e->dtype = SBN_DTYPE_FLOAT64, e->ndim = 1, e->shape[0] = 3, e->numel = 3;
+    e->data = c->sums;
+    c->count = mn + on + T_NINT + 1, c->model_count = mn;
   }
   free(me), free(oe);
   return st;
 }
 
-static void progress_bar(int epoch, int epochs, int64_t step, int64_t steps, double loss) {
-  int width = 30, filled = steps ? (int)(width * (step + 1) / steps) : width;
-  fprintf(stderr, "\r  epoch %d/%d [", epoch + 1, epochs);
-  for (int i = 0; i < width; i++) fputc(i < filled ? '#' : '.', stderr);
-  fprintf(stderr, "] %lld/%lld loss %.4f ", (long long)(step + 1), (long long)steps, loss);
+/* What this run is; a resume must match it. */
+static void ckpt_config(int64_t *v, const train_cfg *cfg, int P, const sbn_dataset *train) {
+  v[T_RANKS] = P, v[T_BATCH] = cfg->batch, v[T_SEED] = (int64_t)cfg->seed;
+  v[T_DATA] = (int64_t)cfg->data_fingerprint, v[T_COUNT] = train->count, v[T_WIDTH] = cfg->width;
+}
+
+static sbn_status resume_check(const int64_t *file, const int64_t *run, const train_cfg *cfg, int64_t steps,
+                               const char *path) {
+  static const char *const what[T_NINT] = {0, 0, "--ranks", "--batch", "--seed", "dataset", "training images", "--width"};
+  char diff[600] = "";
+  for (int i = T_RANKS; i < T_NINT; i++)
+    if (file[i] != run[i]) {
+      size_t l = strlen(diff);
+      if (i == T_DATA)
+        snprintf(diff + l, sizeof diff - l, "%sa different dataset (fingerprint %016llx, now %016llx)", l ? "; " : "",
+                 (unsigned long long)file[i], (unsigned long long)run[i]);
+      else
+        snprintf(diff + l, sizeof diff - l, "%s%s %lld (now %lld)", l ? "; " : "", what[i], (long long)file[i],
+                 (long long)run[i]);
+    }
+  if (diff[0])
+    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "resume: %s was written by a run with %s: the batches and statistics would differ. Resume with "
+                    "the same options, or start afresh without --resume",
+                    path, diff);
+  const int64_t e = file[T_EPOCH], s = file[T_STEP];
+  if (e < 0 || e > cfg->epochs || s < 0 || s >= steps || (e == cfg->epochs && s != 0))
+    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "resume: %s holds position epoch %lld, step %lld, outside this run's %d epochs of %lld steps "
+                    "(a damaged or foreign checkpoint)",
+                    path, (long long)e, (long long)s, cfg->epochs, (long long)steps);
+  return SBN_STATUS_OK;
+}
+
+static int term_columns(void) {
+  struct winsize w;
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col >= 20) return w.ws_col;
+  const char *c = getenv("COLUMNS");
+  return c && atoi(c) >= 20 ? atoi(c) : 80;
+}
+
+static void fmt_time(char *buf, size_t cap, double s) {
+  long t = s > 0 && s < 1e8 ? (long)(s + 0.5) : 0;
+  if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* One line that fits the terminal: epoch, bar, steps, loss, ETA of the mode. */
+static void progress_bar(int epoch, int epochs, int64_t step, int64_t steps, double loss, double eta) {
+  char tail[128], t[32];
+  fmt_time(t, sizeof t, eta);
+  int n = snprintf(tail, sizeof tail, "] %lld/%lld loss %.4f ETA %s", (long long)(step + 1), (long long)steps, loss, t);
+  char head[48];
+  int h = snprintf(head, sizeof head, "  epoch %d/%d [", epoch + 1, epochs);
+  int width = term_columns() - 1 - h - n;
+  if (width < 5) { /* too narrow for a bar: the numbers alone */
+    fprintf(stderr, "\r%.*s", term_columns() - 1, tail + 2);
+  } else {
+    if (width > 40) width = 40;
+    int filled = (int)(width * (step + 1) / (steps ? steps : 1));
+    fprintf(stderr, "\r%s", head);
+    for (int i = 0; i < width; i++) fputc(i < filled ? '#' : '.', stderr);
+    fputs(tail, stderr);
+  }
   fflush(stderr);
 }
 
@@ -113,9 +204,44 @@ static sbn_status evaluate(double *acc, sbn_group *g, sbn_module *model, const s
   return st;
 }
 
+/* Read the resume file into the entries (all validated before anything
+ * changes). Every rank reads it (a shared file system for MPI across
+ * machines); the wrap afterwards broadcasts rank 0's model anyway. */
+static sbn_status load_resume(ckpt_state *ck, const char *path) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *buf = NULL;
+  long len = -1;
+  sbn_status st;
+  if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+  if (f && len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len)) &&
+      fread(buf, 1, (size_t)len, f) == (size_t)len) {
+    st = sbn_nn_load_entries(ck->entries, ck->count, buf, (size_t)len, SBN_NN_LOAD_STRICT, NULL);
+    if (st != SBN_STATUS_OK) st = train_fail(st, "resume: %s: %.900s", path, sbn_last_error());
+  } else {
+    st = train_fail(SBN_STATUS_IO_ERROR, "resume: cannot read %s", path);
+  }
+  if (f) fclose(f);
+  free(buf);
+  return st;
+}
+
+/* A rank-local failure (a file only rank 0 writes, a resume file one rank
+ * cannot read) must reach every rank before the next collective, or the
+ * others would wait for the failed rank until the group's timeout. */
+static sbn_status agree(sbn_group *g, sbn_status st) {
+  double bad = st != SBN_STATUS_OK;
+  sbn_status ast = sbn_group_allreduce(g, &bad, 1, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  if (st != SBN_STATUS_OK) return st;
+  if (ast != SBN_STATUS_OK) return ast;
+  return bad > 0 ? train_fail(SBN_STATUS_PEER_FAILED, "another rank failed (its message is printed by that rank)")
+                 : SBN_STATUS_OK;
+}
+
 sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *train, const sbn_dataset *test,
                      train_result *result) {
   const int P = sbn_group_size(g), rank = sbn_group_rank(g);
+  train_clear_error();
+  const char *mode = cfg->sync_bn ? "syncbn" : "localbn";
   const int64_t global_batch = (int64_t)P * cfg->batch;
   const int64_t steps_per_epoch = (train->count + global_batch - 1) / global_batch;
   sbn_module *model = NULL, *converted = NULL;
@@ -130,7 +256,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   int32_t *lab = malloc(sizeof(int32_t) * (size_t)max_local);
   int64_t *targets = malloc(sizeof(int64_t) * (size_t)max_local);
   sbn_status st = perm && img && dlogits && lab && targets ? SBN_STATUS_OK : SBN_STATUS_OUT_OF_MEMORY;
-  if (st != SBN_STATUS_OK) fprintf(stderr, "syncbn-train: out of memory\n");
+  if (st != SBN_STATUS_OK) train_fail(st, "syncbn-train: out of memory");
   if (st == SBN_STATUS_OK) st = build_resnet(&model, train->channels, cfg->width, train->num_classes, cfg->seed);
   if (st == SBN_STATUS_OK && cfg->sync_bn) { /* before wrapping, as the wrapper requires */
     st = sbn_nn_convert_sync_batchnorm(&converted, model, g);
@@ -139,44 +265,52 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   sbn_nn_sgd_options so = {cfg->lr, cfg->momentum, 0.0, cfg->weight_decay, 0};
   if (st == SBN_STATUS_OK) st = sbn_nn_sgd_create(&sgd, model, &so);
   if (st == SBN_STATUS_OK) st = ckpt_entries(&ck, model, sgd);
-  char path[512];
-  train_checkpoint_path(path, sizeof path, cfg);
-  if (st == SBN_STATUS_OK && cfg->resume && access(path, R_OK) == 0) {
-    /* Every rank reads the file (a shared file system for MPI across
-     * machines); the wrap below would broadcast rank 0's model anyway. */
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL;
-    long len = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-    if (f && len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len)) &&
-        fread(buf, 1, (size_t)len, f) == (size_t)len)
-      st = sbn_nn_load_entries(ck.entries, ck.count, buf, (size_t)len, SBN_NN_LOAD_STRICT, NULL);
-    else
-      st = SBN_STATUS_IO_ERROR, fprintf(stderr, "syncbn-train: resume: cannot read %s\n", path);
-    if (f) fclose(f);
-    free(buf);
+  int64_t run_cfg[T_NINT] = {0};
+  ckpt_config(run_cfg, cfg, P, train);
+  memcpy(ck.v, run_cfg, sizeof run_cfg);
+  char model_path[512], resume_path[512];
+  train_model_path(model_path, sizeof model_path, cfg);
+  train_resume_path(resume_path, sizeof resume_path, cfg);
+  if (st == SBN_STATUS_OK && cfg->resume && access(resume_path, F_OK) == 0) {
+    st = load_resume(&ck, resume_path);
+    if (st == SBN_STATUS_OK) st = resume_check(ck.v, run_cfg, cfg, steps_per_epoch, resume_path);
     if (st == SBN_STATUS_OK && rank == 0 && !cfg->quiet)
-      printf("  resumed from %s at epoch %lld, step %lld\n", path, (long long)ck.epoch + 1, (long long)ck.step);
+      printf("  resumed from %s at epoch %lld, step %lld\n", resume_path, (long long)ck.v[T_EPOCH] + 1,
+             (long long)ck.v[T_STEP]);
+  } else {
+    ck.v[T_EPOCH] = ck.v[T_STEP] = 0;
   }
+  if (st == SBN_STATUS_OK && rank == 0 && cfg->csv_path && report_csv_trim(cfg->csv_path, mode, (int)ck.v[T_EPOCH]))
+    st = train_fail(SBN_STATUS_IO_ERROR, "cannot write the log %s", cfg->csv_path);
+  st = agree(g, st);
   sbn_dp_options dpo = sbn_dp_options_default();
   dpo.reduce = SBN_DP_REDUCE_SUM; /* with the loss divided by the global batch */
   if (st == SBN_STATUS_OK) st = sbn_dp_wrap(&dp, model, &sgd, 1, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, g, &dpo);
-  if (st == SBN_STATUS_OK) st = sbn_dp_set_train_step_counter(dp, ck.epoch * steps_per_epoch + ck.step);
+  if (st == SBN_STATUS_OK) st = sbn_dp_set_train_step_counter(dp, ck.v[T_EPOCH] * steps_per_epoch + ck.v[T_STEP]);
 
   int stop = 0;
   int64_t steps_here = 0;
-  for (int epoch = (int)ck.epoch; epoch < cfg->epochs && st == SBN_STATUS_OK && !stop; epoch++) {
+  const double t_start = now();
+  const int64_t steps_total = (cfg->epochs - ck.v[T_EPOCH]) * steps_per_epoch - ck.v[T_STEP];
+  for (int epoch = (int)ck.v[T_EPOCH]; epoch < cfg->epochs && st == SBN_STATUS_OK && !stop; epoch++) {
     shuffle(perm, train->count, cfg->seed, epoch);
     /* cosine learning-rate decay per epoch: a function of the epoch alone,
      * so a resumed run follows the same schedule */
-    if (st == SBN_STATUS_OK)
-      st = sbn_nn_sgd_set_lr(sgd, cfg->lr * 0.5 * (1.0 + cos(3.141592653589793 * epoch / cfg->epochs)));
+    st = sbn_nn_sgd_set_lr(sgd, cfg->lr * 0.5 * (1.0 + cos(3.141592653589793 * epoch / cfg->epochs)));
     double t0 = now(), loss_sum = 0, correct_sum = 0, seen = 0;
-    int64_t step = epoch == ck.epoch ? ck.step : 0;
+    int64_t step = 0, steps_epoch_here = 0;
+    if (epoch == ck.v[T_EPOCH] && ck.v[T_STEP] > 0) /* the rest of a partial epoch */
+      step = ck.v[T_STEP], loss_sum = ck.sums[0], correct_sum = ck.sums[1], seen = ck.sums[2];
     for (; step < steps_per_epoch && st == SBN_STATUS_OK && !stop; step++) {
       const int64_t b0 = step * global_batch;
       const int64_t m = train->count - b0 < global_batch ? train->count - b0 : global_batch;
-      if (m < 2 * P) continue; /* a tail too small to give every rank 2 images */
+      /* A tail smaller than the ranks leaves some rank without images:
+       * SyncBN handles that (an empty rank contributes nothing to the
+       * global statistics), a local BatchNorm over 0 values cannot. */
+      if (!cfg->sync_bn && m < P) {
+        if (rank == 0 && epoch == ck.v[T_EPOCH]) result->images_skipped = m;
+        continue;
+      }
       const int64_t lo = b0 + m * rank / P, hi = b0 + m * (rank + 1) / P, n = hi - lo;
       st = sbn_dataset_gather(img, lab, train, perm + lo, n);
       for (int64_t i = 0; i < n; i++) targets[i] = lab[i];
@@ -193,52 +327,65 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
       if (st == SBN_STATUS_OK) st = sbn_nn_cross_entropy_backward(&dy, &y, targets, (double)m);
       if (st == SBN_STATUS_OK) st = sbn_dp_backward(dp, NULL, &dy);
       if (st == SBN_STATUS_OK) st = sbn_dp_step(dp);
-      /* loss (already / m), correct, and rank 0's stop request */
-      double red[3] = {loss, (double)correct, 0};
-      steps_here++;
-      if (rank == 0)
-        red[2] = train_interrupted || (cfg->stop_after_steps > 0 && steps_here >= cfg->stop_after_steps);
+      /* loss (already / m), correct, and the stop requests: a signal may
+       * reach the ranks at different moments; the sum makes them agree */
+      steps_here++, steps_epoch_here++;
+      double red[3] = {loss, (double)correct, train_interrupted ? 1 : 0};
+      if (rank == 0 && cfg->stop_after_steps > 0 && steps_here >= cfg->stop_after_steps) red[2] = 1;
       if (st == SBN_STATUS_OK) st = sbn_group_allreduce(g, red, 3, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
       if (st != SBN_STATUS_OK) break;
       loss_sum += red[0] * (double)m, correct_sum += red[1], seen += (double)m;
       if (rank == 0) result->step_loss_sum += red[0], result->steps_run++;
       stop = red[2] != 0;
-      if (rank == 0 && cfg->progress) progress_bar(epoch, cfg->epochs, step, steps_per_epoch, loss_sum / seen);
+      if (rank == 0 && cfg->progress) {
+        double rate = (now() - t_start) / (double)steps_here;
+        progress_bar(epoch, cfg->epochs, step, steps_per_epoch, loss_sum / seen, rate * (double)(steps_total - steps_here));
+      }
     }
     if (st != SBN_STATUS_OK) break;
     double elapsed = now() - t0;
-    if (rank == 0 && cfg->progress) fprintf(stderr, "\r%*s\r", 78, "");
+    if (rank == 0 && cfg->progress) fprintf(stderr, "\r%*s\r", term_columns() - 1, "");
+    const int partial = stop && step < steps_per_epoch;
     /* position for a checkpoint: the next step, or the next epoch */
-    ck.epoch = stop && step < steps_per_epoch ? epoch : epoch + 1;
-    ck.step = stop && step < steps_per_epoch ? step : 0;
-    if (!stop || ck.step == 0) { /* a completed epoch: evaluate and report */
-      double test_acc = 0;
-      st = evaluate(&test_acc, g, model, test, img, lab, targets, 64);
+    ck.v[T_EPOCH] = partial ? epoch : epoch + 1;
+    ck.v[T_STEP] = partial ? step : 0;
+    ck.sums[0] = partial ? loss_sum : 0, ck.sums[1] = partial ? correct_sum : 0, ck.sums[2] = partial ? seen : 0;
+    if (seen == 0 && !partial) {
+      st = train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "epoch %d ran no step: %lld training images cannot give each of %d ranks an image", epoch + 1,
+                    (long long)train->count, P);
+      break;
+    }
+    epoch_stats e = {seen ? loss_sum / seen : NAN, seen ? correct_sum / seen : NAN, NAN,
+                     elapsed > 0 ? (double)steps_epoch_here * (double)global_batch / elapsed : 0};
+    if (!partial) { /* a completed epoch: evaluate and report */
+      st = evaluate(&e.test_acc, g, model, test, img, lab, targets, 64);
       if (st != SBN_STATUS_OK) break;
       if (rank == 0) {
-        epoch_stats *e = &result->epoch[epoch];
-        e->loss = seen ? loss_sum / seen : NAN;
-        e->train_acc = seen ? correct_sum / seen : NAN;
-        e->test_acc = test_acc;
-        e->images_per_s = elapsed > 0 ? seen / elapsed : 0;
+        result->epoch[epoch] = e;
         result->epochs_done = epoch + 1;
         if (!cfg->quiet)
           printf("  [%s] epoch %2d  loss %.4f  train acc %5.1f%%  test acc %5.1f%%  %7.0f images/s\n",
-                 cfg->sync_bn ? "SyncBN " : "localBN", epoch + 1, e->loss, 100 * e->train_acc, 100 * test_acc,
-                 e->images_per_s);
+                 cfg->sync_bn ? "SyncBN " : "localBN", epoch + 1, e.loss, 100 * e.train_acc, 100 * e.test_acc,
+                 e.images_per_s);
         fflush(stdout);
       }
     }
-    if (cfg->ckpt_dir) { /* rank 0 writes (atomically); the others wait for it */
-      if (rank == 0) st = sbn_nn_save_entries(path, ck.entries, ck.count);
-      sbn_status bst = sbn_group_barrier(g);
-      if (st == SBN_STATUS_OK) st = bst;
-      if (rank == 0 && st == SBN_STATUS_OK) snprintf(result->checkpoint, sizeof result->checkpoint, "%s", path);
+    /* rank 0 writes (atomically: the resume state, then the model alone)
+     * and logs; the others wait for it and learn whether it worked */
+    if (rank == 0 && cfg->ckpt_dir) {
+      st = sbn_nn_save_entries(resume_path, ck.entries, ck.count);
+      if (st == SBN_STATUS_OK) st = sbn_nn_save_entries(model_path, ck.entries, ck.model_count);
+      if (st == SBN_STATUS_OK) snprintf(result->checkpoint, sizeof result->checkpoint, "%s", model_path);
     }
+    if (rank == 0 && cfg->csv_path && st == SBN_STATUS_OK &&
+        report_csv_row(cfg->csv_path, mode, epoch + 1, &e, partial ? step : steps_per_epoch, partial))
+      st = train_fail(SBN_STATUS_IO_ERROR, "cannot append to the log %s", cfg->csv_path);
+    st = agree(g, st);
   }
   if (rank == 0) result->interrupted = stop;
   if (rank == 0 && st != SBN_STATUS_OK) /* before cleanup calls clear it */
-    snprintf(result->error, sizeof result->error, "%s", sbn_last_error());
+    snprintf(result->error, sizeof result->error, "%s", train_error());
   sbn_dp_destroy(dp);
   sbn_nn_sgd_destroy(sgd);
   sbn_module_destroy(model);
