@@ -25,12 +25,14 @@ typedef struct sbn_dataset {
 /* CIFAR-10 binary version: records of 1 label byte + 3072 pixel bytes
  * (32x32 R, G, B planes). Loads and concatenates `nfiles` files. A file whose
  * size is not a whole number of records, or a label >= 10, is an error that
- * names the file. On error *out is left empty. */
+ * names the file, and so is CIFAR-10's python (pickle) version, with a pointer
+ * to the binary one. On error *out is left empty. */
 SBN_API sbn_status sbn_dataset_load_cifar10(sbn_dataset *out, const char *const *files, int nfiles);
 
 /* MNIST IDX: an image file (magic 0x00000803, count, rows, cols, bytes) and a
  * label file (magic 0x00000801, count, bytes). Magic, sizes, counts and labels
- * (< 10) are checked; errors name the file and what was wrong. */
+ * (< 10) are checked; errors name the file and what was wrong. Files may be
+ * gzipped, as MNIST and Fashion-MNIST are distributed (inflated with zlib). */
 SBN_API sbn_status sbn_dataset_load_mnist(sbn_dataset *out, const char *images_path, const char *labels_path);
 
 /* The built-in synthetic dataset (offline default): `count` 3x16x16 images

@@ -1,5 +1,5 @@
 # Datasets for the training program (CIFAR-10, MNIST, synthetic).
-LIB_SRCS += src/data/dataset.c src/data/cifar10.c src/data/mnist.c src/data/synthetic.c
+LIB_SRCS += src/data/dataset.c src/data/cifar10.c src/data/mnist.c src/data/gunzip.c src/data/synthetic.c
 TEST_BINS_DATA := $(BUILD)/tests/data/test_loaders
 EXTRA_TEST_CMDS += cmd:$(BUILD)/tests/data/test_loaders
 all: $(TEST_BINS_DATA)

@@ -20,6 +20,13 @@ sbn_status sbn_dataset_load_cifar10(sbn_dataset *out, const char *const *files, 
   for (int f = 0; f < nfiles && st == SBN_STATUS_OK; f++) {
     st = sbn_read_file(&data[f], &sizes[f], files[f]);
     if (st != SBN_STATUS_OK) break;
+    if (sizes[f] >= 2 && data[f][0] == 0x80 && data[f][1] >= 2 && data[f][1] <= 5) {
+      st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "%s is CIFAR-10's python version (a pickle); syncbn reads the binary version: "
+                    "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz (data_batch_N.bin)",
+                    files[f]);
+      break;
+    }
     if (sizes[f] == 0 || sizes[f] % CIFAR_RECORD != 0) {
       st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "%s: %zu bytes is not a whole number of CIFAR-10 records (%d bytes each): "

@@ -1,4 +1,5 @@
-/* MNIST, IDX format: big-endian header (magic, dimensions) then bytes. */
+/* MNIST, IDX format: big-endian header (magic, dimensions) then bytes;
+ * plain or gzipped (as distributed). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,9 @@ sbn_status sbn_dataset_load_mnist(sbn_dataset *out, const char *images_path, con
   unsigned char *img = NULL, *lab = NULL;
   size_t img_size = 0, lab_size = 0;
   sbn_status st = sbn_read_file(&img, &img_size, images_path);
+  if (st == SBN_STATUS_OK) st = sbn_gunzip_if_needed(&img, &img_size, images_path);
   if (st == SBN_STATUS_OK) st = sbn_read_file(&lab, &lab_size, labels_path);
+  if (st == SBN_STATUS_OK) st = sbn_gunzip_if_needed(&lab, &lab_size, labels_path);
   uint32_t n = 0, rows = 0, cols = 0;
   if (st == SBN_STATUS_OK) {
     if (img_size < 16 || be32(img) != 0x00000803)
