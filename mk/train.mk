@@ -13,3 +13,22 @@ $(TRAIN_BIN): tools/syncbn-train.c $(TRAIN_SRCS) $(wildcard tools/train/*.h) $(S
 	@mkdir -p $(dir $@)
 	$(SBN_LD) $(TRAIN_CFLAGS) -o $@ tools/syncbn-train.c $(TRAIN_SRCS) $(SBN_STATIC_LINK)
 EXTRA_TEST_CMDS += 'cmd:tests/train/test_train.sh $(TRAIN_BIN)' 'cmd:tests/train/test_train_mpi.sh $(TRAIN_BIN)'
+# The README's PyTorch recipe against the C network's eval outputs.
+TRAIN_EVAL_DUMP := $(BUILD)/tests/train/eval_dump
+all: $(TRAIN_EVAL_DUMP)
+$(TRAIN_EVAL_DUMP): tests/train/eval_dump.c tools/train/model.c tools/train/model.h $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -Itools -o $@ tests/train/eval_dump.c tools/train/model.c $(SBN_STATIC_LINK)
+EXTRA_TEST_CMDS += 'cmd:tests/train/test_pytorch_recipe.sh $(TRAIN_BIN) $(TRAIN_EVAL_DUMP)'
+EXTRA_TEST_CMDS += 'cmd:tests/train/test_train_data.sh $(TRAIN_BIN)'
+
+# The main job on real data: Fashion-MNIST from Debian's package (installed
+# when missing), SyncBN and local BN at a small per-rank batch. Minutes, not
+# seconds: `make run` stays on the synthetic data. Results: BENCHMARKS.md.
+FASHION_ARGS ?= --data fashion-mnist --ranks 4 --batch 2 --epochs 2 --out $(BUILD)/run-fashion-mnist
+.PHONY: run-fashion-mnist
+run-fashion-mnist: deps-build
+	@scripts/deps.sh dataset-fashion-mnist
+	@$(MAKE) --no-print-directory $(TRAIN_BIN)
+	$(TRAIN_BIN) $(FASHION_ARGS)
+EXTRA_TEST_CMDS += 'cmd:tests/train/test_train_output.sh $(TRAIN_BIN)'

@@ -238,6 +238,7 @@ int main(int argc, char **argv) {
     printf("syncbn-train: %s data (%lld train / %lld test images of %dx%dx%d), %d %s ranks x batch %d, %d epochs\n",
            train.name, (long long)train.count, (long long)test.count, train.channels, train.height, train.width,
            base.ranks, mpi_world ? "MPI" : "thread", base.batch, base.epochs);
+  fflush(stdout);
 
   static train_result results[2];
   const char *modes[2];
@@ -249,7 +250,10 @@ int main(int argc, char **argv) {
     ctx.cfg.sync_bn = pass == 0;
     modes[nmodes] = pass == 0 ? "syncbn" : "localbn";
     res_ptrs[nmodes] = &results[nmodes];
-    if (rank == 0 && !base.quiet) printf("%s:\n", pass == 0 ? "SyncBatchNorm over all ranks" : "local BatchNorm on each rank");
+    if (rank == 0 && !base.quiet) {
+      printf("%s:\n", pass == 0 ? "SyncBatchNorm over all ranks" : "local BatchNorm on each rank");
+      fflush(stdout);
+    }
     st = mpi_world ? (sbn_status)rank_main(mpi_world, &ctx) : sbn_team_run(base.ranks, rank_main, &ctx);
     if (st != SBN_STATUS_OK) {
       fprintf(stderr, "syncbn-train: rank %d: training failed: %s: %s\n", rank, sbn_status_name(st),

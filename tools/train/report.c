@@ -86,7 +86,9 @@ int report_plot(const char *png_path, const char *csv_path, const char *title, c
     close(fds[0]), close(fds[1]);
     int devnull = open("/dev/null", O_WRONLY);
     if (devnull >= 0) dup2(devnull, 1), dup2(devnull, 2);
-    execlp("gnuplot", "gnuplot", "-c", "/dev/stdin", png_path, csv_path, title, words, (char *)NULL);
+    const char *gp = getenv("SYNCBN_GNUPLOT"); /* another gnuplot (or a test's stand-in) */
+    if (!gp || !*gp) gp = "gnuplot";
+    execlp(gp, gp, "-c", "/dev/stdin", png_path, csv_path, title, words, (char *)NULL);
     _exit(127);
   }
   close(fds[0]);
