@@ -130,17 +130,19 @@ done
 echo "# signals"
 for sig in INT TERM; do
   d="$tmp/sig$sig"
-  # timeout passes the signal on to the program
-  timeout -k 5 120 "$bin" --bn sync --ranks 2 --batch 4 --epochs 50 --train-size 20000 --test-size 64 --quiet \
+  # timeout passes the signal on to the program (and would SIGKILL it -k seconds later)
+  timeout -k 60 120 "$bin" --bn sync --ranks 2 --batch 4 --epochs 50 --train-size 8000 --test-size 64 \
     --checkpoint-dir "$d" --out "$d" >"$d.log" 2>&1 &
   pid=$!
-  sleep 3
+  # the program prints this line as training starts; then let a few steps run
+  for _ in $(seq 600); do grep -q "SyncBatchNorm over all ranks" "$d.log" && break; sleep 0.1; done
+  sleep 2
   kill -$sig $pid
   wait $pid; rc=$?
   grep -q interrupted "$d.log" && [ -s "$d/syncbn-train-syncbn.resume.safetensors" ] && grep -q ',partial$' "$d/train_log.csv"
   check "SIG$sig stops cleanly (exit $rc) with a checkpoint and a partial log row" $(( rc != 0 || $? != 0 ))
 done
-T "$bin" --bn sync --ranks 2 --batch 4 --epochs 50 --train-size 20000 --test-size 64 --stop-after 3 \
+T "$bin" --bn sync --ranks 2 --batch 4 --epochs 50 --train-size 8000 --test-size 64 --stop-after 3 \
   --checkpoint-dir "$tmp/sigTERM" --out "$tmp/sigTERM" --resume >"$tmp/int2.log" 2>&1
 rc=$?; grep -q "resumed from" "$tmp/int2.log"
 check "the SIGTERM-stopped run resumes (exit $rc)" $(( rc || $? ))
