@@ -85,6 +85,11 @@ echo "    local BN, 3 ranks x batch 1: loss $loss, exit $rc; $(grep skipped "$tm
 check "--batch 1 --bn local trains (finite loss) and reports the skipped tail" $(( rc || $? )) 
 [ -n "$loss" ] && awk -v l="$loss" 'BEGIN { exit !(l == l + 0 && l > 0 && l < 10) }'
 check "  ... its loss is a finite number" $?
+"$bin" --bn local --ranks 4 --batch 1 --train-size 3 --test-size 8 --epochs 1 --quiet --out "$tmp/g0" >"$tmp/o" 2>"$tmp/e"
+rc=$?
+echo "    local BN, 4 ranks, 3 images -> exit $rc: $(tail -1 "$tmp/e")"
+[ $rc -ne 0 ] && grep -q "ran no step" "$tmp/e" && ! grep -qi nan "$tmp/o"
+check "an epoch in which no step can run is an error, never 'loss nan' with exit 0" $?
 "$bin" --ranks 1 --batch 1 --out "$tmp/g1" >/dev/null 2>"$tmp/e"; rc=$?
 echo "    --ranks 1 --batch 1 -> exit $rc: $(cat "$tmp/e")"
 check "a global batch of 1 is refused" $(( rc != 2 ))
