@@ -1,8 +1,8 @@
 /* Internal: what a backend living in its own shared library needs from
  * libsyncbn. libsyncbn_mpi.so keeps MPI out of libsyncbn.so, but its code
- * (src/comm/mpi.c, unchanged) calls a few internal functions: the per-thread
- * last error must be libsyncbn's own, and groups are allocated the way every
- * group is. libsyncbn.so exports no internal function; it exports this one
+ * (src/comm/mpi.c, the same source as in the static archive) calls a few
+ * internal functions: the per-thread last error must be libsyncbn's own,
+ * and groups are allocated the way every group is. libsyncbn.so exports no internal function; it exports this one
  * table instead (the only symbol outside the public headers), and
  * backend_client.h routes the backend's calls through it.
  *
