@@ -56,10 +56,16 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c tests/mpi/mpi_case.h $(MPI_TEST_SUPPORT) $(S
 # The latency benchmark: make bench-mpi runs it on 2, 4 and 8 ranks
 # (BENCH_MPI_ARGS: batches and calls); see BENCHMARKS.md.
 BENCH_MPI_ARGS ?= 200 20
-.PHONY: bench-mpi
+.PHONY: bench-mpi bench-mpi-scaling
 bench-mpi: $(BUILD)/bench/syncbn-bench-mpi
 	@for np in 2 4 8; do OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	    $(MPIRUN) --oversubscribe -np $$np $(BUILD)/bench/syncbn-bench-mpi $(BENCH_MPI_ARGS) || exit 1; done
+# bench/mpi_scaling.sh BUILD: messages and bytes per rank per collective, P = 2..64.
+bench-mpi-scaling: $(BUILD)/bench/syncbn-bench-mpi-count
+	bench/mpi_scaling.sh $(BUILD)
+$(BUILD)/bench/syncbn-bench-mpi-count: bench/bench_mpi_count.c $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) $(MPI_CFLAGS) -o $@ $< $(SBN_STATIC_LINK)
 $(BUILD)/bench/syncbn-bench-mpi: bench/bench_mpi.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	@[ -n "$(strip $(MPICC))" ] || { echo "bench-mpi: mpicc not found (apt-get install libopenmpi-dev)" >&2; exit 1; }

@@ -158,7 +158,8 @@ typedef struct mpi_impl {
   uint64_t prev_key;
   struct { uint64_t key; int64_t count; } predict[PREDICT_SLOTS];
   /* buffers */
-  sbn_xbin *x;
+  sbn_xbin *xs, *x;      /* send and receive buffers (not in place: the engine may then
+                          * pick a reduce-scatter + all-gather for large payloads) */
   size_t x_cap;          /* elements */
   wire_sig *sigs_wire;   /* P, the slow path */
   sbn_sig *sigs;
@@ -388,14 +389,17 @@ static int ensure_x(mpi_impl *m, size_t n) {
   if (n <= m->x_cap) return 1;
   sbn_xbin *p = realloc(m->x, sizeof *p * n);
   if (!p) return 0;
-  m->x = p, m->x_cap = n;
+  m->x = p;
+  p = realloc(m->xs, sizeof *p * n);
+  if (!p) return 0;
+  m->xs = p, m->x_cap = n;
   return 1;
 }
 
 static sbn_status start_and_wait(sbn_group *g, int count, const char *what, double deadline) {
   mpi_impl *m = g->impl;
   MPI_Request req;
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, m->x, count, xbin_type, xbin_op, m->comm, &req);
+  int rc = MPI_Iallreduce(m->xs, m->x, count, xbin_type, xbin_op, m->comm, &req);
   if (rc != MPI_SUCCESS) {
     sbn_status st = backend_error(g, rc, "MPI_Iallreduce", what);
     break_group(g, st, sbn_last_error());
@@ -458,12 +462,12 @@ static sbn_status collective(sbn_group *g, const sbn_sig *sig, void *buf, size_t
   if (!ensure_x(m, 1 + first))
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %s", g->name, sig->what);
   const uint64_t hash = sig_hash(sig);
-  m->x[0] = sbn_xsum_ctrl(hash, sig->status);
+  m->xs[0] = sbn_xsum_ctrl(hash, sig->status);
   if (inline_payload) {
-    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_encode_f64(m->x + 1, buf, n);
-    else sbn_xsum_encode_f32(m->x + 1, buf, n);
+    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_encode_f64(m->xs + 1, buf, n);
+    else sbn_xsum_encode_f32(m->xs + 1, buf, n);
   } else if (first) {
-    memset(m->x + 1, 0, sizeof *m->x * first);
+    memset(m->xs + 1, 0, sizeof *m->xs * first);
   }
   sbn_status st = start_and_wait(g, (int)(1 + first), sig->what, deadline);
   if (st != SBN_STATUS_OK) return st;
@@ -484,8 +488,8 @@ static sbn_status collective(sbn_group *g, const sbn_sig *sig, void *buf, size_t
     const size_t k = n - off < CHUNK ? n - off : CHUNK;
     if (!ensure_x(m, k))
       return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %s", g->name, sig->what);
-    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_encode_f64(m->x, (double *)buf + off, k);
-    else sbn_xsum_encode_f32(m->x, (float *)buf + off, k);
+    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_encode_f64(m->xs, (double *)buf + off, k);
+    else sbn_xsum_encode_f32(m->xs, (float *)buf + off, k);
     st = start_and_wait(g, (int)k, sig->what, deadline);
     if (st != SBN_STATUS_OK) return st;
     if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_decode_f64((double *)buf + off, m->x, k);
@@ -526,7 +530,7 @@ static sbn_status mpi_barrier(sbn_group *g, const sbn_sig *sig) {
 static void impl_free(mpi_impl *m) {
   if (!m) return;
   for (int i = 0; i < m->n_out; i++) free(m->outbox[i]);
-  free(m->outbox), free(m->x), free(m->sigs_wire), free(m->sigs), free(m);
+  free(m->outbox), free(m->x), free(m->xs), free(m->sigs_wire), free(m->sigs), free(m);
 }
 
 /* A group over `comm`, which becomes the group's own (freed by destroy). */
