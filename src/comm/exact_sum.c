@@ -177,6 +177,19 @@ static double decode1(const sbn_xbin *e, int p) {
   }
   if (!hi && !lo) return 0.0;
   const int base = W * (T - 2); /* bit position of lo's bit 0, units of 2^-1074 */
+  if (T >= 4 && hi < (UINT64_C(1) << 51)) {
+    /* Fast path: the magnitude fits 128 bits and its scale 2^(base-1074) is
+     * a normal double, so one correctly rounded integer conversion and an
+     * exact scaling give the result (an overflow rounds to inf, as it
+     * should). float: the same from a correctly rounded float conversion,
+     * when the result is a normal float (else the general path below). */
+    const unsigned __int128 v = ((unsigned __int128)hi << 76) | lo;
+    uint64_t bits = (uint64_t)(base - 1074 + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    const double mag = p == 53 ? (double)v * scale : (double)(float)v * scale;
+    if (p == 53 || mag >= 0x1p-126) return neg ? -mag : mag;
+  }
   const int rmin = (p == 53 ? 0 : 1074 - 149) - base; /* smallest subnormal's bit */
   unsigned __int128 v;
   int off = 0, sticky = 0;
