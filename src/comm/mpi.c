@@ -292,10 +292,12 @@ static sbn_status adopt_verdict(sbn_group *g, const char *what, int waiting) {
 }
 
 /* Pause between polls: spin first (a collective of the layer takes a few
- * microseconds), then yield, then sleep, so that ranks oversubscribing the
- * cores leave them to the ranks they wait for and a long wait costs no CPU. */
+ * to a few hundred microseconds; yielding early costs a time slice on a
+ * loaded machine), then yield, then sleep, so that ranks oversubscribing
+ * the cores leave them to the ranks they wait for and a long wait costs no
+ * CPU. */
 static void backoff(double waited) {
-  if (waited < 50e-6) return;
+  if (waited < 200e-6) return;
   if (waited < 2e-3) {
     sched_yield();
     return;
