@@ -7,7 +7,7 @@ set -u
 build=${1:-build}; Ps=${2:-"2 4"}; reps=${3:-3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-batch=4; train=1024
+batch=4; train=${TRAIN_SIZE:-512}
 echo "| MPI ranks | per-rank batch | steps/epoch | --bn local steps/s | --bn sync steps/s | sync / local |"
 echo "|---|---|---|---|---|---|"
 for P in $Ps; do
