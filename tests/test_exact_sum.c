@@ -44,7 +44,7 @@ static void k_add(kacc *k, double x, int s) {
   if (pos < 0) m >>= -pos, pos = 0; /* only trailing zeros go */
   if (x < 0) s = -s;
   for (int b = 0; b < 64; b++)
-    if (m >> b & 1) k->l[(pos + b) / 32] += (int64_t)s << ((pos + b) % 32);
+    if (m >> b & 1) k->l[(pos + b) / 32] += s * (INT64_C(1) << ((pos + b) % 32)); /* (no shift of a negative) */
   if (k->l[0] > (INT64_C(1) << 60) || k->l[0] < -(INT64_C(1) << 60)) k_norm(k);
 }
 /* Sign of k (normalized on return). */
@@ -259,7 +259,7 @@ int main(void) {
   }
   int trip_bad = 0;
   for (int i = 0; i < 200000; i++) { /* single terms: exact round trip */
-    uint64_t u = ((uint64_t)rng_int(&r, 0, 0x7fffffff) << 33) ^ ((uint64_t)rng_int(&r, 0, 0x7fffffff) << 2) ^ (uint64_t)i;
+    uint64_t u = rng_u64(&r) ^ (uint64_t)i;
     double v, back;
     memcpy(&v, &u, 8);
     if (!isfinite(v) || v == 0) continue;
