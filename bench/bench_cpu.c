@@ -97,7 +97,7 @@ static double copy_bandwidth(char *arena, size_t bytes, int threads, double *bw_
 #endif
     for (int r = 0; r < 9; r++) {
       double t0 = now();
-      sbn_cpu_parallel_for(threads, (int64_t)(half >> 20), fn, &k);
+      sbn_cpu_parallel_for(threads, (int64_t)(half >> 20), 1, fn, &k, NULL, 0);
       t[r] = now() - t0;
     }
     (kind ? bw_stream : bw_memcpy)[0] = 2.0 * (double)half / median(t, 9) / 1e9;

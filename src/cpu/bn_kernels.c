@@ -16,39 +16,49 @@
 #include "half.h"
 
 enum {
-  CHUNK = 16384,      /* channels-first unit: values of one row (64 KiB float32) */
-  CL_BLOCK = 32768,   /* channels-last block: about this many values ... */
-  CL_MIN_ROWS = 32,   /* ... and at least this many rows (partials <= 1/8 of data) */
-  PAR_MIN = 65536     /* below this many values one thread is faster */
+  CHUNK = 16384,     /* channels-first: S is cut into chunks of at most this many values */
+  UNIT = 16384,      /* target values per unit of the rows layout */
+  MAX_CB = 512,      /* rows layout: at most this many channels per block ... */
+  MIN_RB = 32,       /* ... and at least this many rows (partials <= 1/8 of the data) */
+  GRAB = 16384,      /* values handed to a thread at a time (~64 KiB float32) */
+  PAR_MIN = 32768    /* below this many values one thread is faster */
 };
 
-/* Units of a shape; fills k's partition fields. Returns the unit count and
- * the doubles of partial sums in *part. */
-static int64_t plan(sbn_kargs *k, sbn_geom g, size_t *part) {
-  memset(k, 0, sizeof *k);
-  k->c = g.c;
-  k->s = g.s;
-  if (g.layout == SBN_LAYOUT_CHANNELS_FIRST && g.s > 1) {
-    k->chunk = CHUNK;
-    k->nck = (g.s + CHUNK - 1) / CHUNK;
-    int64_t units = g.n * g.c * k->nck;
-    if (part) *part = 2 * (size_t)units;
-    return units;
-  }
-  /* channels-last, or channels-first with S == 1 (the same memory order) */
-  k->rows = g.n * g.s;
-  k->rb = CL_BLOCK / g.c > CL_MIN_ROWS ? CL_BLOCK / g.c : CL_MIN_ROWS;
-  int64_t units = (k->rows + k->rb - 1) / k->rb;
-  if (part) *part = 2 * (size_t)g.c * (size_t)units;
-  return units;
-}
+typedef enum pass_kind { PASS_REDUCE, PASS_ELEMWISE } pass_kind;
 
-static int cf_units(const sbn_kargs *k) { return k->nck > 0; }
+static int rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST || g.s <= 1; }
+
+/* Units of a pass over a shape; fills k's partition fields. Returns the
+ * unit count, the values per unit in *per_unit and the doubles of partial
+ * sums in *part (when not NULL). */
+static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit, size_t *part) {
+  memset(k, 0, sizeof *k);
+  k->n = g.n, k->c = g.c, k->s = g.s;
+  if (!rows_layout(g)) {
+    k->chunk = g.s < CHUNK ? g.s : CHUNK;
+    k->nck = (g.s + k->chunk - 1) / k->chunk;
+    if (part) *part = 2 * (size_t)(g.c * k->nck);
+    if (per_unit) *per_unit = (kind == PASS_REDUCE ? g.n : 1) * k->chunk;
+    return (kind == PASS_REDUCE ? g.c : g.n * g.c) * k->nck;
+  }
+  /* rows of C channels: blocks of ~UNIT values, channels split above MAX_CB,
+   * row blocks a multiple of 8 (the reductions take 8 rows at a time) */
+  k->rows = g.n * g.s;
+  k->cb = g.c <= MAX_CB ? g.c : MAX_CB;
+  k->ncb = (g.c + k->cb - 1) / k->cb;
+  int64_t rb = UNIT / k->cb;
+  rb = rb < MIN_RB ? MIN_RB : rb / 8 * 8;
+  k->rb = rb;
+  const int64_t nrb = (k->rows + rb - 1) / rb;
+  if (part) *part = 2 * (size_t)g.c * (size_t)nrb;
+  if (per_unit) *per_unit = rb * k->cb;
+  return nrb * k->ncb;
+}
 
 int sbn_cpu_ws_reserve(sbn_cpu_ws *ws, sbn_geom g) {
   sbn_kargs k;
   size_t need = 0;
-  plan(&k, g, &need);
+  plan(&k, g, PASS_REDUCE, NULL, &need);
   if (need < 3 * (size_t)g.c) need = 3 * (size_t)g.c; /* 5C floats of coefficients */
   if (need <= ws->cap) return 0;
   double *p = realloc(ws->part, need * sizeof(double));
@@ -64,41 +74,63 @@ void sbn_cpu_ws_free(sbn_cpu_ws *ws) {
   ws->cap = 0;
 }
 
-/* ---- instruction set ---- */
+/* ---- instruction sets ---- */
 
-static int isa_sel = -1; /* sbn_cpu_isa, -1: not chosen yet */
+static int supported_generic(void) { return 1; }
 
 int sbn_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  /* AVX2 CPUs all have F16C; FMA is checked for the target's sake. */
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  /* F16C is part of every AVX2 CPU's set but is checked anyway. */
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
 #else
   return 0;
 #endif
 }
 
-sbn_cpu_isa sbn_cpu_get_isa(void) {
-  int s = __atomic_load_n(&isa_sel, __ATOMIC_RELAXED);
-  if (s < 0) {
-    const char *e = getenv("SYNCBN_CPU_ISA");
-    s = sbn_cpu_has_avx2() && !(e && strcmp(e, "generic") == 0) ? SBN_CPU_ISA_AVX2
-                                                                 : SBN_CPU_ISA_GENERIC;
-    __atomic_store_n(&isa_sel, s, __ATOMIC_RELAXED);
-  }
-  return (sbn_cpu_isa)s;
+static const struct isa_row {
+  const char *name;
+  int (*supported)(void);
+  const sbn_ktable *tab; /* indexed by dtype */
+} isas[] = {
+    [SBN_CPU_ISA_GENERIC] = {"generic", supported_generic, sbn_ktab_generic},
+    [SBN_CPU_ISA_AVX2] = {"avx2", sbn_cpu_has_avx2, sbn_ktab_avx2},
+};
+enum { N_ISA = sizeof isas / sizeof isas[0] };
+
+int sbn_cpu_isa_count(void) { return N_ISA; }
+const char *sbn_cpu_isa_name(int isa) { return isa >= 0 && isa < N_ISA ? isas[isa].name : NULL; }
+int sbn_cpu_isa_supported(int isa) { return isa >= 0 && isa < N_ISA && isas[isa].supported(); }
+int sbn_cpu_isa_find(const char *name) {
+  for (int i = 0; name && i < N_ISA; i++)
+    if (strcmp(name, isas[i].name) == 0) return i;
+  return -1;
 }
 
-int sbn_cpu_set_isa(sbn_cpu_isa isa) {
-  if (isa == SBN_CPU_ISA_AVX2 && !sbn_cpu_has_avx2()) return -1;
-  __atomic_store_n(&isa_sel, (int)isa, __ATOMIC_RELAXED);
+static int isa_sel = -1; /* index into isas, -1: not chosen yet */
+
+int sbn_cpu_get_isa(void) {
+  int s = __atomic_load_n(&isa_sel, __ATOMIC_RELAXED);
+  if (s < 0) {
+    s = sbn_cpu_isa_find(getenv("SYNCBN_CPU_ISA"));
+    if (!sbn_cpu_isa_supported(s)) /* unset, unknown or unsupported: the best */
+      for (s = N_ISA - 1; s > 0 && !isas[s].supported(); s--) {
+      }
+    __atomic_store_n(&isa_sel, s, __ATOMIC_RELAXED);
+  }
+  return s;
+}
+
+int sbn_cpu_set_isa(int isa) {
+  if (!sbn_cpu_isa_supported(isa)) return -1;
+  __atomic_store_n(&isa_sel, isa, __ATOMIC_RELAXED);
   return 0;
 }
 
-static sbn_kfn kernel(sbn_geom g, const sbn_kargs *k, int op) {
-  const sbn_ktable *t =
-      sbn_cpu_get_isa() == SBN_CPU_ISA_AVX2 ? &sbn_ktab_avx2[g.dtype] : &sbn_ktab_generic[g.dtype];
-  return cf_units(k) ? t->cf[op] : t->cl[op];
+static sbn_kfn kernel(sbn_geom g, int op) {
+  const sbn_ktable *t = &isas[sbn_cpu_get_isa()].tab[g.dtype];
+  return rows_layout(g) ? t->cl[op] : t->cf[op];
 }
 
 /* Stream (non-temporal stores) outputs of at least this many bytes: they
@@ -121,10 +153,10 @@ static size_t dtype_bytes(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 2
 
 /* Streaming pays only for whole cache lines: channels-first rows shorter
  * than 4 KiB (7x7, 14x14 maps) would leave partial lines at every row end. */
-static int use_stream(sbn_geom g, const sbn_kargs *k) {
+static int use_stream(sbn_geom g) {
   const size_t es = dtype_bytes(g.dtype);
   if ((size_t)(g.n * g.c * g.s) * es < stream_min()) return 0;
-  return !cf_units(k) || (size_t)g.s * es >= 4096;
+  return rows_layout(g) || (size_t)g.s * es >= 4096;
 }
 
 /* 16-bit storage: the elementwise coefficients in float32, the mean split
@@ -149,26 +181,49 @@ static int threads_for(const sbn_cpu_ws *ws, sbn_geom g) {
   return g.n * g.c * g.s < PAR_MIN || ws->threads < 1 ? 1 : ws->threads;
 }
 
-/* Merge unit partials into per-channel (s1, s2), in unit order. */
-static void merge(double *s1, double *s2, const sbn_kargs *k, int64_t n, int64_t units,
-                  const double *part) {
-  const int64_t C = k->c;
-  memset(s1, 0, sizeof(double) * (size_t)C);
-  memset(s2, 0, sizeof(double) * (size_t)C);
-  if (cf_units(k)) {
-    for (int64_t i = 0; i < n; i++)
-      for (int64_t c = 0; c < C; c++)
-        for (int64_t j = 0; j < k->nck; j++) {
-          const double *p = part + 2 * ((i * C + c) * k->nck + j);
-          s1[c] += p[0];
-          s2[c] += p[1];
-        }
-  } else {
-    for (int64_t u = 0; u < units; u++) {
-      const double *p = part + 2 * C * u;
-      for (int64_t c = 0; c < C; c++) s1[c] += p[c], s2[c] += p[C + c];
-    }
+/* Units per hand-out: about GRAB values, and at least 4 hand-outs per
+ * thread so that a slow or preempted thread can be made up for. */
+static int64_t grain(int64_t units, int64_t per_unit, int threads) {
+  int64_t gr = GRAB / (per_unit > 0 ? per_unit : 1);
+  const int64_t cap = units / (4 * (int64_t)threads);
+  if (gr > cap) gr = cap;
+  return gr < 1 ? 1 : gr;
+}
+
+/* Merge unit partials into per-channel (s1, s2) for channels [c0, c1),
+ * each channel in unit order. Channels-first: chunk partials of a channel
+ * are adjacent; rows layout: one (sums, second sums) row of 2C per row block. */
+static void merge_cf(const sbn_kargs *k, int64_t c0, int64_t c1) {
+  for (int64_t c = c0; c < c1; c++) {
+    const double *p = k->part + 2 * c * k->nck;
+    double a = p[0], q = p[1];
+    for (int64_t j = 1; j < k->nck; j++) a += p[2 * j], q += p[2 * j + 1];
+    k->s1[c] = a, k->s2[c] = q;
   }
+}
+
+static void merge_rows(const sbn_kargs *k, int64_t c0, int64_t c1) {
+  const int64_t C = k->c, nrb = (k->rows + k->rb - 1) / k->rb;
+  const double *p = k->part;
+  for (int64_t c = c0; c < c1; c++) k->s1[c] = p[c], k->s2[c] = p[C + c];
+  for (int64_t b = 1; b < nrb; b++) {
+    p += 2 * C;
+    for (int64_t c = c0; c < c1; c++) k->s1[c] += p[c], k->s2[c] += p[C + c];
+  }
+}
+
+/* Run a pass: plan, split among the threads, merge the reductions. */
+static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, double *s2) {
+  const pass_kind kind = op == SBN_K_STATS || op == SBN_K_BRED ? PASS_REDUCE : PASS_ELEMWISE;
+  sbn_kargs p;
+  int64_t per_unit = 0;
+  const int64_t units = plan(&p, g, kind, &per_unit, NULL);
+  k->n = p.n, k->c = p.c, k->s = p.s, k->chunk = p.chunk, k->nck = p.nck;
+  k->rb = p.rb, k->rows = p.rows, k->cb = p.cb, k->ncb = p.ncb;
+  k->s1 = s1, k->s2 = s2;
+  const int threads = threads_for(ws, g);
+  sbn_kfn merge = kind == PASS_ELEMWISE ? NULL : rows_layout(g) ? merge_rows : merge_cf;
+  sbn_cpu_parallel_for(threads, units, grain(units, per_unit, threads), kernel(g, op), k, merge, g.c);
 }
 
 static double load1(const void *x, sbn_dtype dt, int64_t i) {
@@ -192,23 +247,20 @@ void sbn_cpu_stats(sbn_cpu_ws *ws, double *shift, double *s1, double *s2, const 
   const int cf = g.layout == SBN_LAYOUT_CHANNELS_FIRST;
   for (int64_t c = 0; c < C; c++) shift[c] = load1(x, g.dtype, cf ? c * g.s : c);
   sbn_kargs k;
-  const int64_t units = plan(&k, g, NULL);
-  k.x = x;
-  k.m = shift;
-  k.part = ws->part;
-  sbn_cpu_parallel_for(threads_for(ws, g), units, kernel(g, &k, SBN_K_STATS), &k);
-  merge(s1, s2, &k, g.n, units, ws->part);
+  memset(&k, 0, sizeof k);
+  k.x = x, k.m = shift, k.part = ws->part;
+  run(ws, &k, g, SBN_K_STATS, s1, s2);
 }
 
 void sbn_cpu_normalize(sbn_cpu_ws *ws, void *y, const void *x, sbn_geom g, const double *mean,
                        const double *scale, const double *bias) {
   if (g.n == 0 || g.s == 0) return;
   sbn_kargs k;
-  const int64_t units = plan(&k, g, NULL);
+  memset(&k, 0, sizeof k);
   k.x = x, k.out = y, k.m = mean, k.a = scale, k.b = bias;
   k.f = coef_f32(ws, g, mean, scale, bias, NULL);
-  k.stream = use_stream(g, &k);
-  sbn_cpu_parallel_for(threads_for(ws, g), units, kernel(g, &k, SBN_K_NORM), &k);
+  k.stream = use_stream(g);
+  run(ws, &k, g, SBN_K_NORM, NULL, NULL);
 }
 
 void sbn_cpu_backward_reduce(sbn_cpu_ws *ws, double *sum_dy, double *sum_dy_xmu, const void *dy,
@@ -219,10 +271,9 @@ void sbn_cpu_backward_reduce(sbn_cpu_ws *ws, double *sum_dy, double *sum_dy_xmu,
     return;
   }
   sbn_kargs k;
-  const int64_t units = plan(&k, g, NULL);
+  memset(&k, 0, sizeof k);
   k.x = x, k.dy = dy, k.m = mean, k.part = ws->part;
-  sbn_cpu_parallel_for(threads_for(ws, g), units, kernel(g, &k, SBN_K_BRED), &k);
-  merge(sum_dy, sum_dy_xmu, &k, g.n, units, ws->part);
+  run(ws, &k, g, SBN_K_BRED, sum_dy, sum_dy_xmu);
 }
 
 void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void *x, sbn_geom g,
@@ -230,9 +281,9 @@ void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void
                             const double *c) {
   if (g.n == 0 || g.s == 0) return;
   sbn_kargs k;
-  const int64_t units = plan(&k, g, NULL);
+  memset(&k, 0, sizeof k);
   k.x = x, k.dy = dy, k.out = dx, k.m = mean, k.a = a, k.b = b, k.cc = c;
   k.f = coef_f32(ws, g, mean, a, b, c);
-  k.stream = use_stream(g, &k);
-  sbn_cpu_parallel_for(threads_for(ws, g), units, kernel(g, &k, SBN_K_BELT), &k);
+  k.stream = use_stream(g);
+  run(ws, &k, g, SBN_K_BELT, NULL, NULL);
 }

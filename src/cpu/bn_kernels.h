@@ -60,13 +60,20 @@ void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void
                             const double *mean, const double *a, const double *b,
                             const double *c);
 
-/* Instruction set of the kernels: chosen once from the CPU (AVX2+FMA+F16C
- * -> "avx2", else "generic"), overridable with SYNCBN_CPU_ISA=generic|avx2
- * or, for tests, sbn_cpu_set_isa. */
+/* Instruction sets of the kernels: a table (bn_kernels.c), ordered from the
+ * most portable to the fastest, so another level (AVX-512 on CPUs that have
+ * it) is one more row. The best one the CPU supports is chosen once;
+ * SYNCBN_CPU_ISA=<name> (generic, avx2) overrides it when the CPU supports
+ * that level, and tests switch with sbn_cpu_set_isa. Every level gives the
+ * same bits (tests/cpu check it). */
 typedef enum sbn_cpu_isa { SBN_CPU_ISA_GENERIC = 0, SBN_CPU_ISA_AVX2 = 1 } sbn_cpu_isa;
-sbn_cpu_isa sbn_cpu_get_isa(void);
+int sbn_cpu_isa_count(void);
+const char *sbn_cpu_isa_name(int isa);   /* NULL when out of range */
+int sbn_cpu_isa_supported(int isa);      /* 1 when this CPU can run it */
+int sbn_cpu_isa_find(const char *name);  /* index, or -1 */
+int sbn_cpu_get_isa(void);
 int sbn_cpu_has_avx2(void);
 /* Returns 0, or -1 if the CPU lacks the instruction set. */
-int sbn_cpu_set_isa(sbn_cpu_isa isa);
+int sbn_cpu_set_isa(int isa);
 
 #endif

@@ -1,27 +1,37 @@
 /* Internal: the work units of the kernels and the per-ISA tables of them.
  *
- * Channels-first (N, C, S) with S > 1: a unit is one chunk of up to
- * `chunk` contiguous values of one (n, c) row; unit u is row u / nck, chunk
- * u % nck. Channels-last, or S == 1: a unit is a block of up to `rb` rows
- * of C channels. Reduction units write their own partial sums to `part`
- * (2 per channels-first unit; 2C per block: sums then second sums), which
- * the driver merges in unit order. */
+ * Channels-first (N, C, S) with S > 1 splits S into nck chunks of up to
+ * `chunk` values.
+ *  - Reductions: unit u = (channel u / nck, chunk u % nck) over all N
+ *    images: its sums run through the N row pieces in order, with vector
+ *    accumulators kept across them, and land in part[2u], part[2u+1].
+ *    No per-row partials: a 7x7 map is 49 values, too few to fold.
+ *  - Elementwise: unit u = (row u / nck of the N*C rows, chunk u % nck),
+ *    in memory order.
+ * Channels-last, or S == 1 (the same memory order: rows of C channels):
+ * unit u = (row block u / ncb of rb rows, channel block u % ncb of cb
+ * channels). Reductions write the block's sums to part + 2C * row block
+ * (sums at c, second sums at C + c); the driver merges them per channel in
+ * row-block order.
+ * Units depend only on the shape, never on the thread count. */
 #ifndef SBN_CPU_KERN_H
 #define SBN_CPU_KERN_H
 
 #include <stdint.h>
 
 typedef struct sbn_kargs {
-  int64_t c, s;        /* channels, spatial size */
-  int64_t chunk, nck;  /* channels-first units */
-  int64_t rb, rows;    /* channels-last units: rows per block, N*S rows */
-  const void *x, *dy;  /* inputs */
-  void *out;           /* y or dx */
-  const double *m;     /* shift (stats) or mean */
+  int64_t n, c, s;          /* batch, channels, spatial size */
+  int64_t chunk, nck;       /* channels-first: chunks of S (nck == 0: rows layout) */
+  int64_t rb, rows;         /* rows layout: rows per block, N*S rows */
+  int64_t cb, ncb;          /* rows layout: channels per block, blocks */
+  const void *x, *dy;       /* inputs */
+  void *out;                /* y or dx */
+  const double *m;          /* shift (stats) or mean */
   const double *a, *b, *cc; /* per-channel coefficients */
-  double *part;        /* partial sums of reduction units */
-  const float *f;      /* 16-bit elementwise: mean hi, mean lo, a, b, c (C each) */
-  int stream;          /* elementwise: stream the output past the caches */
+  double *part;             /* partial sums of reduction units */
+  double *s1, *s2;          /* reductions: merged per-channel results */
+  const float *f;           /* 16-bit elementwise: mean hi, mean lo, a, b, c (C each) */
+  int stream;               /* elementwise: stream the output past the caches */
 } sbn_kargs;
 
 /* Process units [u0, u1). */
@@ -36,8 +46,11 @@ typedef struct sbn_ktable {
 extern const sbn_ktable sbn_ktab_generic[3];
 extern const sbn_ktable sbn_ktab_avx2[3];
 
-/* Run fn over units [0, n) on `threads` threads, each a contiguous range
- * (cpu_parallel.c, OpenMP). */
-void sbn_cpu_parallel_for(int threads, int64_t n, sbn_kfn fn, const sbn_kargs *k);
+/* Run fn over units [0, n) on `threads` threads, handing out `grain`
+ * units at a time to whichever thread is free (a preempted thread does not
+ * hold up the others); then, if merge is not NULL, merge over [0, nm) split
+ * evenly among the same threads (cpu_parallel.c, OpenMP). */
+void sbn_cpu_parallel_for(int threads, int64_t n, int64_t grain, sbn_kfn fn, const sbn_kargs *k,
+                          sbn_kfn merge, int64_t nm);
 
 #endif

@@ -30,7 +30,13 @@ static inline vd4 vd4_ld(const double *p) {
 }
 static inline void vd4_st(double *p, vd4 v) { memcpy(p, &v, sizeof v); }
 
-/* float32 */
+/* float32. The AVX2 build converts with one vcvtps2pd per 4 values (GCC
+ * lowers __builtin_convertvector of 4 floats to two 128-bit converts and an
+ * insert); the values are the same either way (widening is exact). */
+#ifdef SBN_VEC_F16C
+static inline vd4 ld4_f32(const float *p) { return (vd4)_mm256_cvtps_pd(_mm_loadu_ps(p)); }
+static inline void st4_f32(float *p, vd4 v) { _mm_storeu_ps(p, _mm256_cvtpd_ps((__m256d)v)); }
+#else
 static inline vd4 ld4_f32(const float *p) {
   vf4 f;
   memcpy(&f, p, sizeof f);
@@ -40,16 +46,25 @@ static inline void st4_f32(float *p, vd4 v) {
   vf4 f = __builtin_convertvector(v, vf4);
   memcpy(p, &f, sizeof f);
 }
+#endif
 static inline double ld1_f32(const float *p) { return (double)*p; }
 static inline void st1_f32(float *p, double v) { *p = (float)v; }
 
-/* bfloat16: widen by a shift; narrow double -> float -> bf16, both RNE. */
+/* bfloat16: widen by a shift (AVX2: interleave with zeros); narrow double ->
+ * float -> bf16, both RNE. */
+#ifdef SBN_VEC_F16C
+static inline vd4 ld4_bf16(const uint16_t *p) {
+  __m128i h = _mm_loadl_epi64((const __m128i *)p);
+  return (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h)));
+}
+#else
 static inline vd4 ld4_bf16(const uint16_t *p) {
   vh4 h;
   memcpy(&h, p, sizeof h);
   vu4 u = __builtin_convertvector(h, vu4) << 16;
   return __builtin_convertvector((vf4)u, vd4);
 }
+#endif
 static inline void st4_bf16(uint16_t *p, vd4 v) {
   vu4 u = (vu4)__builtin_convertvector(v, vf4);
   vu4 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -84,6 +99,29 @@ static inline void st4_f16(uint16_t *p, vd4 v) {
 static inline double ld1_f16(const uint16_t *p) { return (double)sbn_f16_to_f32(*p); }
 static inline void st1_f16(uint16_t *p, double v) { *p = sbn_f32_to_f16((float)v); }
 
+/* 8 values as two vectors of 4 doubles: the reductions' load (AVX2: one
+ * 16-byte load for the 16-bit types). */
+#ifdef SBN_VEC_F16C
+static inline void ld8_f32(const float *p, vd4 *lo, vd4 *hi) {
+  *lo = (vd4)_mm256_cvtps_pd(_mm_loadu_ps(p));
+  *hi = (vd4)_mm256_cvtps_pd(_mm_loadu_ps(p + 4));
+}
+static inline void ld8_bf16(const uint16_t *p, vd4 *lo, vd4 *hi) {
+  __m128i h = _mm_loadu_si128((const __m128i *)p), z = _mm_setzero_si128();
+  *lo = (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(z, h)));
+  *hi = (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(z, h)));
+}
+static inline void ld8_f16(const uint16_t *p, vd4 *lo, vd4 *hi) {
+  __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  *lo = (vd4)_mm256_cvtps_pd(_mm256_castps256_ps128(f));
+  *hi = (vd4)_mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
+}
+#else
+static inline void ld8_f32(const float *p, vd4 *lo, vd4 *hi) { *lo = ld4_f32(p), *hi = ld4_f32(p + 4); }
+static inline void ld8_bf16(const uint16_t *p, vd4 *lo, vd4 *hi) { *lo = ld4_bf16(p), *hi = ld4_bf16(p + 4); }
+static inline void ld8_f16(const uint16_t *p, vd4 *lo, vd4 *hi) { *lo = ld4_f16(p), *hi = ld4_f16(p + 4); }
+#endif
+
 /* ---- 8 x float32: the elementwise passes of the 16-bit types ----
  * Their outputs keep 8 (bfloat16) or 11 (float16) bits, so float32
  * arithmetic (error ~1e-7 relative, with the mean split in hi + lo so that
@@ -102,11 +140,29 @@ static inline vf8 vf8_ld(const float *p) {
   memcpy(&v, p, sizeof v);
   return v;
 }
+#ifdef SBN_VEC_F16C
+static inline vf8 vf8_join(vd4 lo, vd4 hi) { /* 8 doubles -> 8 floats, RNE */
+  return (vf8)_mm256_set_m128(_mm256_cvtpd_ps((__m256d)hi), _mm256_cvtpd_ps((__m256d)lo));
+}
+static inline vf8 ld8f_bf16(const uint16_t *p) {
+  return (vf8)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16);
+}
+/* Round to nearest even on the top 16 bits; NaN stays a quiet NaN. The
+ * rounded values fit 16 bits, so the unsigned-saturating pack is exact. */
+static inline vh8 bf16_round8(vf8 f) {
+  const __m256i u = (__m256i)f, hi = _mm256_srli_epi32(u, 16);
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                                   _mm256_and_si256(hi, _mm256_set1_epi32(1))));
+  r = _mm256_srli_epi32(r, 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps((__m256)f, (__m256)f, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  return (vh8)_mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+#else
 static inline vf8 vf8_join(vd4 lo, vd4 hi) { /* 8 doubles -> 8 floats, RNE */
   vf4 a = __builtin_convertvector(lo, vf4), b = __builtin_convertvector(hi, vf4);
   return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7);
 }
-
 static inline vf8 ld8f_bf16(const uint16_t *p) {
   vh8 h;
   memcpy(&h, p, sizeof h);
@@ -119,6 +175,7 @@ static inline vh8 bf16_round8(vf8 f) {
   r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
   return __builtin_convertvector(r, vh8);
 }
+#endif
 
 #ifdef SBN_VEC_F16C
 static inline void st8_f32(float *p, vf8 f, int nt) {

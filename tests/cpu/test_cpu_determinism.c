@@ -1,7 +1,7 @@
 /* Bitwise determinism of the CPU kernels: the same inputs give the same
  * bits of y, dx, grad_weight, grad_bias and running statistics
  *  - with 1, 2 and 4 threads per rank (sbn_set_num_threads),
- *  - with the AVX2 and the portable kernels (when the CPU has AVX2),
+ *  - with every instruction set of the kernels this CPU runs (generic, avx2),
  *  - with 1 and 2 threads per rank in a team of 2 synchronized ranks,
  * for float32, bfloat16 and float16, both layouts, shapes large enough to be
  * split across threads, with rows split into several units and streamed
@@ -124,13 +124,18 @@ static int one_config(sbn_dtype dt, int ndim, const int64_t *shape, sbn_layout l
     free(o.bytes);
   }
   sbn_set_num_threads(0);
-  if (sbn_cpu_has_avx2() && !bad) {
-    sbn_cpu_isa isa = sbn_cpu_get_isa();
+  /* every other instruction set this CPU runs, 2 threads */
+  const int isa = sbn_cpu_get_isa();
+  for (int i = 0; i < sbn_cpu_isa_count() && !bad; i++) {
+    if (i == isa || !sbn_cpu_isa_supported(i)) continue;
     outs o;
-    sbn_cpu_set_isa(isa == SBN_CPU_ISA_AVX2 ? SBN_CPU_ISA_GENERIC : SBN_CPU_ISA_AVX2);
+    sbn_cpu_set_isa(i);
     sbn_set_num_threads(2);
     bad |= run(&c, &o);
-    bad |= check("values differing, other ISA (2 threads)", differing(&o, &base), 0);
+    char name[96];
+    snprintf(name, sizeof name, "values differing, %s vs %s kernels (2 threads)", sbn_cpu_isa_name(i),
+             sbn_cpu_isa_name(isa));
+    bad |= check(name, differing(&o, &base), 0);
     sbn_cpu_set_isa(isa);
     sbn_set_num_threads(0);
     free(o.bytes);
@@ -142,14 +147,23 @@ static int one_config(sbn_dtype dt, int ndim, const int64_t *shape, sbn_layout l
 
 int main(void) {
   int bad = 0;
-  /* 2 x 5 x 150 x 130: rows of 19500 values = 2 units; 3 x 40 x 112 x 112 bf16 = 3 MiB per
-   * tensor... all above the one-thread limit (65536 values). */
-  static const int64_t shapes[][5] = {{3, 5, 150, 130}, {4, 24, 40, 40}, {4096, 40}, {2, 64, 130, 130}};
-  static const int ndims[] = {4, 4, 2, 4};
+  printf("kernels: %s (SYNCBN_CPU_ISA=%s); compared with every other instruction set this CPU runs\n",
+         sbn_cpu_isa_name(sbn_cpu_get_isa()), getenv("SYNCBN_CPU_ISA") ? getenv("SYNCBN_CPU_ISA") : "unset");
+  /* SYNCBN_CPU_ISA must pick the kernels when the CPU runs them */
+  const char *want = getenv("SYNCBN_CPU_ISA");
+  if (want && sbn_cpu_isa_supported(sbn_cpu_isa_find(want)))
+    bad |= check("SYNCBN_CPU_ISA selects those kernels (0: yes)",
+                 strcmp(want, sbn_cpu_isa_name(sbn_cpu_get_isa())) != 0, 0);
+  /* All above the one-thread limit. 3x5x150x130: rows of 19500 values = 2 chunks.
+   * 4x1100x3x4: channels-last blocks of 512 + 512 + 76 channels, 48 rows = a block
+   * of 32 and one of 16. 8x96x7x7: small maps (pieces of 49 values). */
+  static const int64_t shapes[][5] = {{3, 5, 150, 130}, {4, 24, 40, 40}, {4096, 40}, {2, 64, 130, 130},
+                                      {4, 1100, 3, 4}, {8, 96, 7, 7}};
+  static const int ndims[] = {4, 4, 2, 4, 4, 4};
   const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
   uint64_t seed = 100;
   for (int di = 0; di < 3; di++)
-    for (int si = 0; si < 4; si++)
+    for (int si = 0; si < 6; si++)
       for (int lay = 0; lay < 2; lay++)
         bad |= one_config(dts[di], ndims[si], shapes[si], (sbn_layout)lay, 1 + (si + lay) % 2, seed++);
   printf(bad ? "\nDETERMINISM CHECKS FAILED\n" : "\nall determinism checks passed\n");

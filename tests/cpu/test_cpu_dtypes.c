@@ -247,15 +247,24 @@ static int layer_case(sbn_dtype dt, int P, int ndim, const int64_t *shape0, sbn_
 
 int main(void) {
   int bad = 0;
-  printf("conversions:\n");
+  printf("kernels: %s (SYNCBN_CPU_ISA=%s)\nconversions:\n", sbn_cpu_isa_name(sbn_cpu_get_isa()),
+         getenv("SYNCBN_CPU_ISA") ? getenv("SYNCBN_CPU_ISA") : "unset");
+  /* SYNCBN_CPU_ISA must pick the kernels when the CPU runs them */
+  const char *want = getenv("SYNCBN_CPU_ISA");
+  if (want && sbn_cpu_isa_supported(sbn_cpu_isa_find(want)))
+    bad |= check("SYNCBN_CPU_ISA selects those kernels (0: yes)",
+                 strcmp(want, sbn_cpu_isa_name(sbn_cpu_get_isa())) != 0, 0);
   bad |= test_conversions();
-  static const int64_t shapes[][5] = {{64, 24}, {4, 6, 33}, {2, 5, 7, 9}, {4, 16, 32, 32}, {3, 40, 130, 130}};
-  static const int ndims[] = {2, 3, 4, 4, 4};
+  /* 3x600x5x5: channels-last blocks of 512 + 88 channels, 75 rows = 2 blocks of 32
+   * (8 rows at a time) and 11 rows (one at a time). */
+  static const int64_t shapes[][5] = {{64, 24}, {4, 6, 33}, {2, 5, 7, 9}, {4, 16, 32, 32}, {3, 40, 130, 130},
+                                      {3, 600, 5, 5}};
+  static const int ndims[] = {2, 3, 4, 4, 4, 4};
   static const double scales[] = {1, 100, 1e4};
   const sbn_dtype dts[] = {SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT32};
   uint64_t seed = 11;
   for (int di = 0; di < 3; di++)
-    for (int si = 0; si < 5; si++)
+    for (int si = 0; si < 6; si++)
       for (int lay = 0; lay < 2; lay++)
         for (int P = 1; P <= 2; P++) {
           double scale = scales[(si + lay + P) % 3];
