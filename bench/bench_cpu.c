@@ -1,27 +1,36 @@
 /* syncbn-bench: the CPU kernels against the machine's memory bandwidth and
  * against PyTorch, in one run (method and results: BENCHMARKS.md).
  *
- *  1. copy bandwidth: a large parallel memcpy, bytes read + written;
+ *  1. copy bandwidth: a large parallel copy, bytes read + written (best of
+ *     memcpy and a streaming-store copy), at the start and at the end;
  *  2. forward and backward of one rank (group NULL) over the ResNet-50
  *     batch-norm shapes at N = 8 and 32 plus 2-D (256, 1024), both layouts,
- *     float32 and bfloat16: median time, GB/s at 3 (forward) and 5 (backward)
- *     tensor passes, efficiency = that / copy bandwidth;
- *  3. PyTorch's CPU F.batch_norm training forward + backward on the same
- *     shapes and thread count (bench/torch_bn.py), our speedup;
- *  4. synchronization cost: 2 thread ranks with SyncBN against the same 2
- *     ranks running plain BatchNorm, and against 1 rank alone;
- *  5. CSV, a table on stdout, and a PNG plot (gnuplot).
+ *     float32 and bfloat16: median time, GB/s at 3 (forward) and 5
+ *     (backward) tensor passes, efficiency = that / copy bandwidth;
+ *  3. PyTorch's CPU F.batch_norm training forward + autograd backward on
+ *     the same shapes, threads and rotation, as a coprocess whose calls
+ *     interleave with ours round by round (bench/torch_bn.py);
+ *  4. per dtype and layout: geometric-mean speedup, the slowest shape, and
+ *     the lowest efficiency (all shapes, and shapes above 8 MiB);
+ *  5. the fixed cost of a call on a tiny tensor, ours and PyTorch's;
+ *  6. synchronization: 2 thread ranks with SyncBN against the same 2 ranks
+ *     running plain BatchNorm, rounds of each interleaved;
+ *  7. CSV files, the table on stdout, a PNG plot (gnuplot).
  *
- * Inputs rotate through an arena larger than the last-level cache (this VM
- * reports a 260 MiB L3), so every timed call reads from memory.
+ * Rotation: every call reads inputs last touched a whole arena earlier. The
+ * arena is 4x the last-level cache read from the machine (sysfs), so both
+ * sides read from memory; forward runs on set i and backward on set i - D
+ * (D = half the sets), as the peer does with its autograd graphs.
  *
  * Usage: syncbn-bench [--quick] [--threads T] [--out DIR] [--no-torch]
- *                     [--rotate-mib M] [--time S] */
+ *                     [--arena-mib M] [--time S] [--rounds R] [--only SHAPE] */
 #define _GNU_SOURCE
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,19 +50,61 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 static double median(double *v, int n) {
+  if (n <= 0) return 0;
   qsort(v, (size_t)n, sizeof *v, cmp_d);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- options ---- */
 static struct {
-  int quick, threads, torch;
-  double rotate_mib, time_s;
-  const char *out;
-} opt = {0, 0, 1, 640, 0.4, "build/bench"};
+  int quick, threads, torch, rounds;
+  double arena_mib, time_s;
+  const char *out, *only; /* only: run the shapes whose label starts with this */
+} opt = {0, 0, 1, 5, 0, 0.08, "build/bench", NULL};
 
-#define MAX_REPS 60
-enum { MIN_REPS = 5 };
+enum { MAX_SAMPLES = 2048 };
+
+/* ---- the machine ---- */
+
+/* Last-level cache in bytes: the largest cache level in sysfs (sysconf as a
+ * fallback, 32 MiB if neither says). */
+static size_t llc_bytes(void) {
+  size_t best = 0;
+  for (int i = 0; i < 8; i++) {
+    char path[128], buf[64];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(buf, sizeof buf, f)) {
+      char *end;
+      double v = strtod(buf, &end);
+      size_t b = (size_t)(v * (*end == 'M' ? 1 << 20 : *end == 'K' ? 1 << 10 : 1));
+      if (b > best) best = b;
+    }
+    fclose(f);
+  }
+  long sc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (sc > 0 && (size_t)sc > best) best = (size_t)sc;
+  return best ? best : (size_t)32 << 20;
+}
+
+static void cpu_model(char *out, size_t n) {
+  snprintf(out, n, "unknown CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[256];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10)) {
+      char *p = strchr(line, ':');
+      if (p) {
+        p += 2;
+        p[strcspn(p, "\n")] = 0;
+        snprintf(out, n, "%s", p);
+      }
+      break;
+    }
+  fclose(f);
+}
 
 /* ---- copy bandwidth ---- */
 static void copy_units(const sbn_kargs *k, int64_t u0, int64_t u1) {
@@ -62,8 +113,7 @@ static void copy_units(const sbn_kargs *k, int64_t u0, int64_t u1) {
 }
 
 /* The same copy with streaming (non-temporal) stores, as the kernels write
- * large outputs: glibc's memcpy streams only above a size tied to the L3
- * (which this VM reports as 260 MiB), so it may not. */
+ * large outputs: glibc's memcpy streams only above a size tied to the LLC. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 __attribute__((target("avx2"))) static void copy_units_nt(const sbn_kargs *k, int64_t u0, int64_t u1) {
@@ -76,8 +126,7 @@ __attribute__((target("avx2"))) static void copy_units_nt(const sbn_kargs *k, in
 }
 #endif
 
-/* Best of memcpy and the streaming copy (median of 9 each), bytes read +
- * written; *how says which. */
+/* Best of memcpy and the streaming copy (median of 9 each), bytes read + written. */
 static double copy_bandwidth(char *arena, size_t bytes, int threads, double *bw_memcpy, double *bw_stream) {
   size_t half = bytes / 2 / (1 << 20) * (1 << 20);
   sbn_kargs k;
@@ -127,8 +176,11 @@ static int make_shapes(shape *s) {
       k++;
     }
   }
-  s[k] = (shape){256, 1024, 1, "256x1024"};
-  return k + 1;
+  s[k++] = (shape){256, 1024, 1, "256x1024"};
+  int kept = 0;
+  for (int i = 0; i < k; i++)
+    if (!opt.only || !strncmp(s[i].label, opt.only, strlen(opt.only))) s[kept++] = s[i];
+  return kept;
 }
 
 static sbn_tensor tensor_of(const shape *s, void *data, sbn_dtype dt, sbn_layout lay) {
@@ -151,57 +203,198 @@ static void fill(char *arena, size_t bytes, sbn_dtype dt) {
   }
 }
 
-/* ---- one rank: forward and backward timing over rotated sets ---- */
+static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
+static size_t dt_bytes(sbn_dtype d) { return d == SBN_DTYPE_FLOAT32 ? 4 : 2; }
+static const char *dtype_str(sbn_dtype d) { return d == SBN_DTYPE_FLOAT32 ? "float32" : "bfloat16"; }
+static const char *layout_str(sbn_layout l) { return l == SBN_LAYOUT_CHANNELS_LAST ? "cl" : "cf"; }
+
+/* ---- the PyTorch coprocess ---- */
+static struct {
+  FILE *to, *from;
+  pid_t pid;
+  char banner[160];
+} peer;
+
+static int peer_start(int threads) {
+  int in[2], out[2];
+  if (pipe(in) || pipe(out)) return -1;
+  peer.pid = fork();
+  if (peer.pid < 0) return -1;
+  if (peer.pid == 0) {
+    dup2(in[0], 0), dup2(out[1], 1);
+    close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+    const char *dir = getenv("SYNCBN_BENCH_DIR") ? getenv("SYNCBN_BENCH_DIR") : "bench";
+    char script[512], t[16];
+    snprintf(script, sizeof script, "%s/torch_bn.py", dir);
+    snprintf(t, sizeof t, "%d", threads);
+    execl("/usr/bin/python3", "python3", script, t, (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]), close(out[1]);
+  peer.to = fdopen(in[1], "w"), peer.from = fdopen(out[0], "r");
+  if (!peer.to || !peer.from) return -1;
+  setvbuf(peer.to, NULL, _IOLBF, 0);
+  if (!fgets(peer.banner, sizeof peer.banner, peer.from) || strncmp(peer.banner, "#torch ", 7)) return -1;
+  peer.banner[strcspn(peer.banner, "\n")] = 0;
+  return 0;
+}
+
+static int peer_cmd(const char *cmd, char *reply, size_t n) {
+  if (!peer.to) return -1;
+  fprintf(peer.to, "%s\n", cmd);
+  fflush(peer.to);
+  return fgets(reply, (int)n, peer.from) ? 0 : -1;
+}
+
+static void peer_stop(void) {
+  if (!peer.to) return;
+  fprintf(peer.to, "quit\n");
+  fclose(peer.to), fclose(peer.from);
+  waitpid(peer.pid, NULL, 0);
+  peer.to = peer.from = NULL;
+}
+
+/* "r F,F,...;B,B,..." -> appended samples */
+static void parse_times(const char *r, double *fw, int *nf, double *bw, int *nb) {
+  const char *p = r + 2;
+  double *dst = fw;
+  int *cnt = nf;
+  while (*p && *p != '\n') {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p) {
+      if (*p == ';') dst = bw, cnt = nb;
+      p++;
+      continue;
+    }
+    if (*cnt < MAX_SAMPLES) dst[(*cnt)++] = v;
+    p = end;
+  }
+}
+
+/* ---- one configuration: ours and PyTorch, interleaved rounds ---- */
 typedef struct result {
   const shape *s;
   sbn_layout lay;
   sbn_dtype dt;
   double fwd_ms, bwd_ms, torch_fwd_ms, torch_bwd_ms;
+  int have_torch;
 } result;
 
-static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
+static double of[MAX_SAMPLES], ob[MAX_SAMPLES], tf[MAX_SAMPLES], tbk[MAX_SAMPLES];
 
-static int time_layer(result *res, char *arena, size_t arena_bytes) {
+static int time_config(result *res, char *arena, size_t arena_bytes, int use_torch) {
   const shape *s = res->s;
-  const size_t tb = align64((size_t)(s->n * s->c * s->hw) * (res->dt == SBN_DTYPE_FLOAT32 ? 4 : 2));
-  const size_t set = 4 * tb; /* x, y, dy, dx */
+  const size_t tb = align64((size_t)(s->n * s->c * s->hw) * dt_bytes(res->dt)), set = 4 * tb;
   int K = (int)(arena_bytes / set);
   if (K < 2) return fprintf(stderr, "arena too small for %s\n", s->label), 1;
+  if (K > 256) K = 256;
+  const int D = K / 2;
   sbn_bn_options o = sbn_bn_options_default(s->c);
   sbn_bn *bn;
   if (sbn_bn_create(&bn, &o, NULL) != SBN_STATUS_OK) return 1;
-  double tf[MAX_REPS], tbw[MAX_REPS];
-  for (int pass = 0; pass < 2; pass++) {
-    double *t = pass ? tbw : tf, t_start = now();
-    int r = 0, i = 0;
-    for (; r < MAX_REPS && (r < MIN_REPS || now() - t_start < opt.time_s); i++) {
-      char *base = arena + (size_t)(i % K) * set;
-      sbn_tensor x = tensor_of(s, base, res->dt, res->lay), y = tensor_of(s, base + tb, res->dt, res->lay);
-      sbn_tensor dy = tensor_of(s, base + 2 * tb, res->dt, res->lay),
-                 dx = tensor_of(s, base + 3 * tb, res->dt, res->lay);
+  char cmd[256], reply[1 << 16];
+  res->have_torch = 0;
+  if (use_torch) {
+    snprintf(cmd, sizeof cmd, "setup %lld %lld %lld %s %s %d %d", (long long)s->n, (long long)s->c,
+             (long long)s->hw, layout_str(res->lay), dtype_str(res->dt), K, D);
+    res->have_torch = peer_cmd(cmd, reply, sizeof reply) == 0 && !strncmp(reply, "ok", 2);
+  }
+  int nof = 0, nob = 0, ntf = 0, ntb = 0;
+  long step = 0;
+  int m_ours = 2, m_torch = 2;
+  for (int round = -1; round < opt.rounds; round++) { /* round -1: warm-up, untimed */
+    const int m = round < 0 ? D + 2 : m_ours;
+    double spent = now();
+    for (int j = 0; j < m; j++, step++) {
+      char *fs = arena + (size_t)(step % K) * set, *bs = arena + (size_t)((step + K - D) % K) * set;
+      sbn_tensor x = tensor_of(s, fs, res->dt, res->lay), y = tensor_of(s, fs + tb, res->dt, res->lay);
+      sbn_tensor bx = tensor_of(s, bs, res->dt, res->lay), dy = tensor_of(s, bs + 2 * tb, res->dt, res->lay),
+                 dx = tensor_of(s, bs + 3 * tb, res->dt, res->lay);
       double t0 = now();
-      sbn_status st = pass ? sbn_bn_backward(bn, &dx, &dy, &x) : sbn_bn_forward(bn, &y, &x);
-      double dt = now() - t0;
+      sbn_status st = sbn_bn_forward(bn, &y, &x);
+      double t1 = now();
+      if (st == SBN_STATUS_OK) st = sbn_bn_backward(bn, &dx, &dy, &bx);
+      double t2 = now();
       if (st != SBN_STATUS_OK) {
         fprintf(stderr, "%s: %s\n", s->label, sbn_last_error());
         sbn_bn_destroy(bn);
         return 1;
       }
-      if (i > 0) t[r++] = dt; /* the first call of a pass is a warm-up */
+      if (round >= 0 && nof < MAX_SAMPLES) of[nof++] = 1e3 * (t1 - t0), ob[nob++] = 1e3 * (t2 - t1);
     }
-    (pass ? &res->bwd_ms : &res->fwd_ms)[0] = 1e3 * median(t, r);
+    spent = now() - spent;
+    if (round >= 0) { /* size the next rounds to about opt.time_s each */
+      int want = (int)(opt.time_s / (spent / m));
+      m_ours = want < 2 ? 2 : want > 200 ? 200 : want;
+    }
+    if (res->have_torch && round >= 0) {
+      snprintf(cmd, sizeof cmd, "run %d", m_torch);
+      double t0 = now();
+      if (peer_cmd(cmd, reply, sizeof reply) != 0 || reply[0] != 'r') {
+        res->have_torch = 0;
+        continue;
+      }
+      const double per = (now() - t0) / m_torch;
+      parse_times(reply, tf, &ntf, tbk, &ntb);
+      int want = (int)(opt.time_s / per);
+      m_torch = want < 1 ? 1 : want > 200 ? 200 : want;
+    }
+  }
+  res->fwd_ms = median(of, nof), res->bwd_ms = median(ob, nob);
+  if (res->have_torch) {
+    res->torch_fwd_ms = median(tf, ntf), res->torch_bwd_ms = median(tbk, ntb);
+    res->have_torch = ntf > 0 && ntb > 0;
+    peer_cmd("free", reply, sizeof reply);
   }
   sbn_bn_destroy(bn);
   return 0;
 }
 
-/* ---- synchronization cost: 2 thread ranks ---- */
+/* ---- fixed cost of a call: tiny tensor, per-call microseconds ---- */
+static void fixed_cost(int use_torch) {
+  const shape s = {2, 16, 16, "2x16x4x4"};
+  float *buf = calloc(4 * 512, sizeof(float));
+  for (int i = 0; i < 4 * 512; i++) buf[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  sbn_bn_options o = sbn_bn_options_default(16);
+  sbn_bn *bn;
+  if (!buf || sbn_bn_create(&bn, &o, NULL) != SBN_STATUS_OK) return;
+  sbn_tensor x = tensor_of(&s, buf, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
+             y = tensor_of(&s, buf + 512, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
+             dy = tensor_of(&s, buf + 1024, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
+             dx = tensor_of(&s, buf + 1536, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+  double f[15], b[15];
+  enum { CALLS = 2000 };
+  for (int r = 0; r < 15; r++) {
+    double t0 = now();
+    for (int i = 0; i < CALLS; i++) sbn_bn_forward(bn, &y, &x);
+    double t1 = now();
+    for (int i = 0; i < CALLS; i++) sbn_bn_backward(bn, &dx, &dy, &x);
+    const double t2 = now();
+    f[r] = 1e6 * (t1 - t0) / CALLS, b[r] = 1e6 * (t2 - t1) / CALLS;
+  }
+  sbn_bn_destroy(bn);
+  free(buf);
+  printf("\nfixed cost of a call, tiny tensor %s float32 (512 values), median of 15 x %d calls:\n"
+         "  ours     forward %6.2f us   backward %6.2f us\n",
+         s.label, CALLS, median(f, 15), median(b, 15));
+  char reply[1 << 16];
+  if (use_torch && peer_cmd("setup 2 16 16 cf float32 1 0", reply, sizeof reply) == 0) {
+    int nf = 0, nb = 0;
+    for (int r = 0; r < 5; r++)
+      if (peer_cmd("run 200", reply, sizeof reply) == 0 && reply[0] == 'r') parse_times(reply, tf, &nf, tbk, &nb);
+    printf("  PyTorch  forward %6.2f us   backward %6.2f us   (F.batch_norm + autograd, median of %d calls)\n",
+           1e3 * median(tf, nf), 1e3 * median(tbk, nb), nf);
+    peer_cmd("free", reply, sizeof reply);
+  }
+}
+
+/* ---- synchronization cost: 2 thread ranks, plain and synced interleaved ---- */
 typedef struct sync_arg {
   const shape *s;
-  int synced; /* 1: SyncBN over the team; 0: each rank plain BN */
   char *arena[2];
   size_t arena_bytes;
-  double ms; /* rank 0's median forward+backward */
+  double ms[2]; /* rank 0's median forward+backward: plain, synced */
 } sync_arg;
 
 static int sync_rank(sbn_group *world, void *argp) {
@@ -210,98 +403,82 @@ static int sync_rank(sbn_group *world, void *argp) {
   const shape *s = a->s;
   const size_t tb = align64((size_t)(s->n * s->c * s->hw) * 4), set = 4 * tb;
   int K = (int)(a->arena_bytes / set);
+  if (K > 256) K = 256;
   sbn_bn_options o = sbn_bn_options_default(s->c);
-  sbn_bn *bn;
-  if (sbn_bn_create(&bn, &o, a->synced ? world : NULL) != SBN_STATUS_OK) return 1;
-  double t[MAX_REPS];
-  int r = 0;
-  double t_start = now();
-  for (int i = 0;; i++) {
-    char *base = a->arena[rank] + (size_t)(i % K) * set;
-    sbn_tensor x = tensor_of(s, base, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
-               y = tensor_of(s, base + tb, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
-               dy = tensor_of(s, base + 2 * tb, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
-               dx = tensor_of(s, base + 3 * tb, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
-    sbn_group_barrier(world); /* both ranks start together, synced or not */
-    double t0 = now();
-    if (sbn_bn_forward(bn, &y, &x) != SBN_STATUS_OK || sbn_bn_backward(bn, &dx, &dy, &x) != SBN_STATUS_OK) {
-      fprintf(stderr, "sync rank %d: %s\n", rank, sbn_last_error());
-      sbn_bn_destroy(bn);
-      return 1;
+  sbn_bn *bn[2];
+  if (sbn_bn_create(&bn[0], &o, NULL) != SBN_STATUS_OK) return 1;
+  if (sbn_bn_create(&bn[1], &o, world) != SBN_STATUS_OK) return 1;
+  double(*t)[MAX_SAMPLES] = malloc(sizeof(double[2][MAX_SAMPLES])); /* this rank's samples */
+  if (!t) return 1;
+  int nt[2] = {0, 0};
+  double m = 2; /* steps per block, rank 0 decides */
+  long step = 0;
+  for (int round = -1; round < 2 * opt.rounds; round++)
+    for (int mode = 0; mode < 2; mode++) {
+      double spent = 0;
+      for (int j = 0; j < (int)m; j++, step++) {
+        char *base = a->arena[rank] + (size_t)(step % K) * set;
+        sbn_tensor x = tensor_of(s, base, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
+                   y = tensor_of(s, base + tb, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
+                   dy = tensor_of(s, base + 2 * tb, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST),
+                   dx = tensor_of(s, base + 3 * tb, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+        sbn_group_barrier(world); /* both ranks start together, synced or not */
+        double t0 = now();
+        if (sbn_bn_forward(bn[mode], &y, &x) != SBN_STATUS_OK ||
+            sbn_bn_backward(bn[mode], &dx, &dy, &x) != SBN_STATUS_OK) {
+          fprintf(stderr, "sync rank %d: %s\n", rank, sbn_last_error());
+          return 1;
+        }
+        double dt = now() - t0;
+        spent += dt;
+        if (round >= 0 && nt[mode] < MAX_SAMPLES) t[mode][nt[mode]++] = dt;
+      }
+      if (round < 0 && mode == 1) { /* after the warm-up: blocks of about opt.time_s / 4 */
+        m = 0.25 * opt.time_s / (spent / m);
+        m = m < 3 ? 3 : m > 100 ? 100 : m;
+        sbn_group_broadcast(world, &m, sizeof m, 0);
+      }
     }
-    double dt = now() - t0;
-    if (i > 0) t[r++] = dt; /* the first step is a warm-up */
-    /* both ranks must agree on stopping: rank 0's clock decides */
-    double go = r < MAX_REPS && (r < MIN_REPS || now() - t_start < opt.time_s);
-    sbn_group_broadcast(world, &go, sizeof go, 0);
-    if (!go) break;
-  }
-  if (rank == 0) a->ms = 1e3 * median(t, r);
-  sbn_bn_destroy(bn);
+  if (rank == 0)
+    for (int mode = 0; mode < 2; mode++) a->ms[mode] = 1e3 * median(t[mode], nt[mode]);
+  free(t);
+  sbn_bn_destroy(bn[0]), sbn_bn_destroy(bn[1]);
   return 0;
 }
 
-/* ---- PyTorch peer ---- */
-static const char *dtype_str(sbn_dtype d) { return d == SBN_DTYPE_FLOAT32 ? "float32" : "bfloat16"; }
-static const char *layout_str(sbn_layout l) { return l == SBN_LAYOUT_CHANNELS_LAST ? "cl" : "cf"; }
-
-static int run_torch(result *res, int nres, int threads) {
-  char shapes_path[512], cmd[1024], line[512];
-  snprintf(shapes_path, sizeof shapes_path, "%s/torch_shapes.csv", opt.out);
-  FILE *f = fopen(shapes_path, "w");
-  if (!f) return 1;
-  for (int i = 0; i < nres; i++)
-    fprintf(f, "%s,%lld,%lld,%lld,%s,%s\n", res[i].s->label, (long long)res[i].s->n,
-            (long long)res[i].s->c, (long long)res[i].s->hw, layout_str(res[i].lay), dtype_str(res[i].dt));
-  fclose(f);
-  const char *dir = getenv("SYNCBN_BENCH_DIR") ? getenv("SYNCBN_BENCH_DIR") : "bench";
-  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/torch_bn.py %s %d %g %d %g", dir, shapes_path, threads,
-           opt.rotate_mib, opt.quick ? 3 : MIN_REPS, opt.time_s);
-  FILE *p = popen(cmd, "r");
-  if (!p) return 1;
-  int got = 0;
-  while (fgets(line, sizeof line, p)) {
-    if (line[0] == '#') {
-      printf("  %s", line + 1);
-      continue;
-    }
-    char label[64], lay[8], dt[16];
-    double fw, bw;
-    if (sscanf(line, "%63[^,],%7[^,],%15[^,],%lf,%lf", label, lay, dt, &fw, &bw) != 5) continue;
-    for (int i = 0; i < nres; i++)
-      if (!strcmp(res[i].s->label, label) && !strcmp(layout_str(res[i].lay), lay) &&
-          !strcmp(dtype_str(res[i].dt), dt))
-        res[i].torch_fwd_ms = fw, res[i].torch_bwd_ms = bw, got++;
-  }
-  int rc = pclose(p);
-  return got == nres && rc == 0 ? 0 : 1;
-}
-
+/* ---- main ---- */
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows when piped to a log */
+  signal(SIGPIPE, SIG_IGN);          /* a dead peer is reported, not fatal */
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) opt.quick = 1;
+    if (!strcmp(argv[i], "--quick")) opt.quick = 1, opt.rounds = 3;
     else if (!strcmp(argv[i], "--no-torch")) opt.torch = 0;
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) opt.threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--out") && i + 1 < argc) opt.out = argv[++i];
-    else if (!strcmp(argv[i], "--rotate-mib") && i + 1 < argc) opt.rotate_mib = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--arena-mib") && i + 1 < argc) opt.arena_mib = atof(argv[++i]);
     else if (!strcmp(argv[i], "--time") && i + 1 < argc) opt.time_s = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) opt.rounds = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) opt.only = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--quick] [--threads T] [--out DIR] [--no-torch] [--rotate-mib M] [--time S]\n",
+      fprintf(stderr,
+              "usage: %s [--quick] [--threads T] [--out DIR] [--no-torch] [--arena-mib M] [--time S] [--rounds R] [--only SHAPE]\n",
               argv[0]);
       return 2;
     }
   }
+  if (opt.rounds < 1) opt.rounds = 1;
   if (opt.threads > 0) sbn_set_num_threads(opt.threads);
   const int T = sbn_num_threads(1);
-  char cmd[600];
+  char cmd[600], model[128];
   snprintf(cmd, sizeof cmd, "mkdir -p '%s'", opt.out);
   if (system(cmd) != 0) return 1;
   double load[3] = {0};
   getloadavg(load, 3);
-  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  printf("syncbn-bench: %d thread(s) per rank, %s kernels, L3 %ld MiB, load average %.2f %.2f %.2f\n",
-         T, sbn_cpu_get_isa() == SBN_CPU_ISA_AVX2 ? "AVX2" : "generic", l3 >> 20, load[0], load[1], load[2]);
+  const size_t llc = llc_bytes();
+  cpu_model(model, sizeof model);
+  printf("syncbn-bench: %s, %ld online CPU(s), last-level cache %zu MiB; %d thread(s) per rank, %s kernels\n",
+         model, sysconf(_SC_NPROCESSORS_ONLN), llc >> 20, T, sbn_cpu_isa_name(sbn_cpu_get_isa()));
+  printf("load average at the start %.2f %.2f %.2f\n", load[0], load[1], load[2]);
 
   shape shapes[20];
   const int ns = make_shapes(shapes);
@@ -310,24 +487,33 @@ int main(int argc, char **argv) {
     size_t set = 4 * align64((size_t)(shapes[i].n * shapes[i].c * shapes[i].hw) * 4);
     if (set > max_set) max_set = set;
   }
-  size_t arena_bytes = (size_t)(opt.rotate_mib * (1 << 20));
+  size_t arena_bytes = opt.arena_mib > 0 ? (size_t)(opt.arena_mib * (1 << 20)) : 4 * llc;
+  const size_t rotate = arena_bytes; /* what every input is guaranteed to be behind */
   if (arena_bytes < 2 * max_set) arena_bytes = 2 * max_set;
   char *arena = aligned_alloc(64, arena_bytes);
   if (!arena) return fprintf(stderr, "out of memory (%zu MiB arena)\n", arena_bytes >> 20), 1;
   memset(arena, 0, arena_bytes);
-  printf("inputs rotate through a %zu MiB arena (x, y, dy, dx per set; >= %.0f MiB and >= 2 sets)\n",
-         arena_bytes >> 20, opt.rotate_mib);
+  printf("inputs rotate through >= %zu MiB (4 x LLC unless --arena-mib; buffer %zu MiB, at least 2 sets of\n"
+         "x, y, dy, dx); forward on set i, backward on set i - D, the same for PyTorch\n",
+         rotate >> 20, arena_bytes >> 20);
 
   double bw_memcpy = 0, bw_stream = 0;
-  const double bw = copy_bandwidth(arena, arena_bytes, T, &bw_memcpy, &bw_stream);
+  const double bw0 = copy_bandwidth(arena, arena_bytes, T, &bw_memcpy, &bw_stream);
   printf("copy bandwidth: %.2f GB/s = best of memcpy %.2f and streaming-store copy %.2f GB/s\n"
-         "  (%zu MiB on %d thread(s), bytes read + written, median of 9)\n\n",
-         bw, bw_memcpy, bw_stream, arena_bytes / 2 >> 20, T);
+         "  (%zu MiB on %d thread(s), bytes read + written, median of 9)\n",
+         bw0, bw_memcpy, bw_stream, arena_bytes / 2 >> 20, T);
+
+  const int use_torch = opt.torch && peer_start(T) == 0;
+  if (opt.torch && !use_torch) printf("PyTorch peer unavailable: speedups not reported\n");
+  if (use_torch) printf("peer: %s, calls interleaved with ours in rounds\n", peer.banner + 1);
+  printf("\n");
 
   /* forward/backward over shapes x layouts x dtypes */
   static result res[20 * 4];
   int nres = 0;
   const sbn_dtype dts[2] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16};
+  printf("%-16s %-2s %-8s %8s %6s %5s | %8s %6s %5s | %8s %8s %5s %5s | %7s\n", "shape", "ly", "dtype", "fwd ms",
+         "GB/s", "eff", "bwd ms", "GB/s", "eff", "torch fw", "torch bw", "t.eff", "t.eff", "speedup");
   for (int d = 0; d < 2; d++) {
     fill(arena, arena_bytes, dts[d]);
     for (int i = 0; i < ns; i++)
@@ -335,75 +521,89 @@ int main(int argc, char **argv) {
         result *r = &res[nres];
         memset(r, 0, sizeof *r);
         r->s = &shapes[i], r->dt = dts[d], r->lay = l ? SBN_LAYOUT_CHANNELS_LAST : SBN_LAYOUT_CHANNELS_FIRST;
-        if (time_layer(r, arena, arena_bytes)) return 1;
+        if (time_config(r, arena, arena_bytes, use_torch)) return 1;
+        const double bytes = (double)(r->s->n * r->s->c * r->s->hw) * dt_bytes(r->dt);
+        const double gf = 3 * bytes / (r->fwd_ms * 1e-3) / 1e9, gb = 5 * bytes / (r->bwd_ms * 1e-3) / 1e9;
+        printf("%-16s %-2s %-8s %8.3f %6.2f %5.2f | %8.3f %6.2f %5.2f", r->s->label, layout_str(r->lay),
+               dtype_str(r->dt), r->fwd_ms, gf, gf / bw0, r->bwd_ms, gb, gb / bw0);
+        if (r->have_torch)
+          printf(" | %8.3f %8.3f %5.2f %5.2f | %7.2f\n", r->torch_fwd_ms, r->torch_bwd_ms,
+                 3 * bytes / (r->torch_fwd_ms * 1e-3) / 1e9 / bw0, 5 * bytes / (r->torch_bwd_ms * 1e-3) / 1e9 / bw0,
+                 (r->torch_fwd_ms + r->torch_bwd_ms) / (r->fwd_ms + r->bwd_ms));
+        else
+          printf("\n");
         nres++;
       }
   }
+  const double bw1 = copy_bandwidth(arena, arena_bytes, T, &bw_memcpy, &bw_stream);
+  printf("\ncopy bandwidth at the end: %.2f GB/s (start %.2f); efficiencies use the start value\n", bw1, bw0);
+  const double bw = bw0;
 
-  int have_torch = opt.torch && run_torch(res, nres, T) == 0;
-  if (opt.torch && !have_torch) printf("PyTorch peer unavailable or incomplete: speedups not reported\n");
-
+  /* summaries per dtype and layout */
   char path[600];
   snprintf(path, sizeof path, "%s/bench_cpu.csv", opt.out);
   FILE *csv = fopen(path, "w");
   if (!csv) return 1;
-  fprintf(csv, "shape,n,c,hw,layout,dtype,pass,passes,ms,gbps,efficiency,tensor_mib,torch_ms,speedup\n");
-  printf("%-16s %-2s %-8s %9s %7s %5s | %9s %7s %5s | %8s %7s\n", "shape", "ly", "dtype", "fwd ms", "GB/s",
-         "eff", "bwd ms", "GB/s", "eff", "torch ms", "speedup");
-  double log_speed = 0, log_speed_dt[2] = {0};
-  int n_speed = 0, n_speed_dt[2] = {0};
-  for (int i = 0; i < nres; i++) {
-    result *r = &res[i];
-    const double mib = (double)(r->s->n * r->s->c * r->s->hw) * (r->dt == SBN_DTYPE_FLOAT32 ? 4 : 2);
-    const double gf = 3 * mib / (r->fwd_ms * 1e-3) / 1e9, gb = 5 * mib / (r->bwd_ms * 1e-3) / 1e9;
-    const double ours = r->fwd_ms + r->bwd_ms, theirs = r->torch_fwd_ms + r->torch_bwd_ms;
-    const double sp = have_torch && theirs > 0 ? theirs / ours : 0;
-    if (sp > 0) {
-      log_speed += log(sp), n_speed++;
-      log_speed_dt[r->dt != SBN_DTYPE_FLOAT32] += log(sp), n_speed_dt[r->dt != SBN_DTYPE_FLOAT32]++;
+  fprintf(csv, "shape,n,c,hw,layout,dtype,pass,passes,ms,gbps,efficiency,tensor_mib,torch_ms,torch_efficiency,speedup\n");
+  printf("\nsummary (speedup = PyTorch fwd+bwd time / ours; efficiency = GB/s at 3 or 5 passes / copy bandwidth)\n");
+  printf("%-8s %-2s %8s %18s %18s %18s\n", "dtype", "ly", "geomean", "slowest speedup", "min eff fwd/bwd",
+         "  >8 MiB fwd/bwd");
+  for (int d = 0; d < 2; d++)
+    for (int l = 0; l < 2; l++) {
+      double lsum = 0, smin = INFINITY, ef = INFINITY, eb = INFINITY, ef8 = INFINITY, eb8 = INFINITY;
+      int nsp = 0;
+      const char *slow = "";
+      for (int i = 0; i < nres; i++) {
+        result *r = &res[i];
+        if (r->dt != dts[d] || (int)r->lay != l) continue;
+        const double bytes = (double)(r->s->n * r->s->c * r->s->hw) * dt_bytes(r->dt);
+        const double gf = 3 * bytes / (r->fwd_ms * 1e-3) / 1e9, gb = 5 * bytes / (r->bwd_ms * 1e-3) / 1e9;
+        const double sp = r->have_torch ? (r->torch_fwd_ms + r->torch_bwd_ms) / (r->fwd_ms + r->bwd_ms) : 0;
+        if (sp > 0) {
+          lsum += log(sp), nsp++;
+          if (sp < smin) smin = sp, slow = r->s->label;
+        }
+        ef = fmin(ef, gf / bw), eb = fmin(eb, gb / bw);
+        if (bytes > 8.0 * (1 << 20)) ef8 = fmin(ef8, gf / bw), eb8 = fmin(eb8, gb / bw);
+        for (int p = 0; p < 2; p++) {
+          const double tms = p ? r->torch_bwd_ms : r->torch_fwd_ms;
+          fprintf(csv, "%s,%lld,%lld,%lld,%s,%s,%s,%d,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.3f\n", r->s->label,
+                  (long long)r->s->n, (long long)r->s->c, (long long)r->s->hw, layout_str(r->lay),
+                  dtype_str(r->dt), p ? "backward" : "forward", p ? 5 : 3, p ? r->bwd_ms : r->fwd_ms, p ? gb : gf,
+                  (p ? gb : gf) / bw, bytes / (1 << 20), tms,
+                  tms > 0 ? (p ? 5 : 3) * bytes / (tms * 1e-3) / 1e9 / bw : 0, sp);
+        }
+      }
+      char sl[64] = "-", big[32] = "       -";
+      if (nsp) snprintf(sl, sizeof sl, "%.2fx %s", smin, slow);
+      if (ef8 < INFINITY) snprintf(big, sizeof big, "%8.2f / %-7.2f", ef8, eb8);
+      printf("%-8s %-2s %7.2fx %18s %8.2f / %-7.2f %s\n", dtype_str(dts[d]), l ? "cl" : "cf",
+             nsp ? exp(lsum / nsp) : 0, sl, ef, eb, big);
     }
-    for (int p = 0; p < 2; p++)
-      fprintf(csv, "%s,%lld,%lld,%lld,%s,%s,%s,%d,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f\n", r->s->label,
-              (long long)r->s->n, (long long)r->s->c, (long long)r->s->hw, layout_str(r->lay),
-              dtype_str(r->dt), p ? "backward" : "forward", p ? 5 : 3, p ? r->bwd_ms : r->fwd_ms, p ? gb : gf,
-              (p ? gb : gf) / bw, mib / (1 << 20), p ? r->torch_bwd_ms : r->torch_fwd_ms, sp);
-    printf("%-16s %-2s %-8s %9.3f %7.2f %5.2f | %9.3f %7.2f %5.2f | %8.2f %7.2f\n", r->s->label,
-           layout_str(r->lay), dtype_str(r->dt), r->fwd_ms, gf, gf / bw, r->bwd_ms, gb, gb / bw, theirs, sp);
-  }
   fclose(csv);
-  if (n_speed)
-    printf("\nspeedup vs PyTorch %s (forward+backward, geometric mean over %d configurations): %.2fx "
-           "(float32 %.2fx, bfloat16 %.2fx)\n",
-           "F.batch_norm", n_speed, exp(log_speed / n_speed),
-           n_speed_dt[0] ? exp(log_speed_dt[0] / n_speed_dt[0]) : 0,
-           n_speed_dt[1] ? exp(log_speed_dt[1] / n_speed_dt[1]) : 0);
+
+  fixed_cost(use_torch);
+  peer_stop();
 
   /* synchronization cost, float32 channels-first, N = 8 shapes per rank */
-  printf("\nsynchronization: 2 thread ranks (1 thread each), forward+backward per step, float32 CF\n");
-  printf("%-16s %9s %11s %11s %9s %9s\n", "per-rank shape", "MiB/rank", "1 rank ms", "2 plain ms",
-         "2 sync ms", "overhead");
+  printf("\nsynchronization: 2 thread ranks (1 thread each), forward+backward per step, float32 CF,\n"
+         "plain (each rank its own BatchNorm) and synced blocks interleaved, median per step\n");
+  printf("%-16s %9s %11s %11s %9s\n", "per-rank shape", "MiB/rank", "2 plain ms", "2 sync ms", "overhead");
   snprintf(path, sizeof path, "%s/bench_sync.csv", opt.out);
   FILE *scsv = fopen(path, "w");
   if (!scsv) return 1;
-  fprintf(scsv, "shape,mib_per_rank,one_rank_ms,two_plain_ms,two_sync_ms,overhead_vs_plain,overhead_vs_one\n");
+  fprintf(scsv, "shape,mib_per_rank,two_plain_ms,two_sync_ms,overhead\n");
   fill(arena, arena_bytes, SBN_DTYPE_FLOAT32);
   sbn_set_num_threads(1);
   for (int i = 0; i < ns; i++) {
     const shape *s = &shapes[i];
     if (s->n != 8 && s->hw != 1) continue;
-    sync_arg a = {s, 0, {arena, arena + arena_bytes / 2}, arena_bytes / 2, 0};
+    sync_arg a = {s, {arena, arena + arena_bytes / 2}, arena_bytes / 2, {0, 0}};
     if (a.arena_bytes < 2 * 4 * align64((size_t)(s->n * s->c * s->hw) * 4)) continue;
-    double ms[3];
-    for (int mode = 0; mode < 3; mode++) { /* 1 rank alone, 2 plain, 2 synced */
-      a.synced = mode == 2;
-      if (sbn_team_run(mode == 0 ? 1 : 2, sync_rank, &a) != SBN_STATUS_OK) return 1;
-      ms[mode] = a.ms;
-    }
+    if (sbn_team_run(2, sync_rank, &a) != SBN_STATUS_OK) return 1;
     const double mib = (double)(s->n * s->c * s->hw) * 4 / (1 << 20);
-    printf("%-16s %9.2f %11.3f %11.3f %9.3f %8.1f%%\n", s->label, mib, ms[0], ms[1], ms[2],
-           100 * (ms[2] / ms[1] - 1));
-    fprintf(scsv, "%s,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f\n", s->label, mib, ms[0], ms[1], ms[2], ms[2] / ms[1] - 1,
-            ms[2] / ms[0] - 1);
+    printf("%-16s %9.2f %11.3f %11.3f %8.1f%%\n", s->label, mib, a.ms[0], a.ms[1], 100 * (a.ms[1] / a.ms[0] - 1));
+    fprintf(scsv, "%s,%.3f,%.4f,%.4f,%.4f\n", s->label, mib, a.ms[0], a.ms[1], a.ms[1] / a.ms[0] - 1);
   }
   fclose(scsv);
   sbn_set_num_threads(opt.threads);
@@ -418,15 +618,15 @@ int main(int argc, char **argv) {
       for (int l = 0; l < 2; l++)
         for (int k = 0; k < nres; k++)
           if (res[k].s == &shapes[i] && res[k].dt == dts[d] && (int)res[k].lay == l) {
-            double mib = (double)(shapes[i].n * shapes[i].c * shapes[i].hw) * (d ? 2 : 4);
-            fprintf(dat, " %.4f %.4f", 3 * mib / (res[k].fwd_ms * 1e-3) / 1e9 / bw,
-                    5 * mib / (res[k].bwd_ms * 1e-3) / 1e9 / bw);
+            double bytes = (double)(shapes[i].n * shapes[i].c * shapes[i].hw) * (d ? 2 : 4);
+            fprintf(dat, " %.4f %.4f", 3 * bytes / (res[k].fwd_ms * 1e-3) / 1e9 / bw,
+                    5 * bytes / (res[k].bwd_ms * 1e-3) / 1e9 / bw);
           }
     fprintf(dat, "\n");
   }
   fclose(dat);
   const char *dir = getenv("SYNCBN_BENCH_DIR") ? getenv("SYNCBN_BENCH_DIR") : "bench";
-  snprintf(cmd, sizeof cmd, "gnuplot -e \"dat='%s/bench_eff.dat'; out='%s/bench_cpu.png'\" %s/plot_cpu.gp",
+  snprintf(cmd, sizeof cmd, "gnuplot -e \"dat='%s/bench_eff.dat'; out='%s/bench_cpu.png'\" %s/plot_cpu.gp 2>/dev/null",
            opt.out, opt.out, dir);
   int plotted = system(cmd) == 0;
   getloadavg(load, 3);

@@ -1,11 +1,19 @@
 #!/usr/bin/python3
-"""PyTorch peer for syncbn-bench: times F.batch_norm training forward and
-autograd backward on the CPU for the shapes listed in a CSV written by the
-bench (label,n,c,hw,layout,dtype), with the same thread count and the same
-kind of input rotation (several copies whose total exceeds the caches).
-Prints one line per shape: label,layout,dtype,fwd_ms,bwd_ms (medians).
-Usage: torch_bn.py SHAPES.csv THREADS ROTATE_MIB MIN_REPS MAX_S"""
-import statistics
+"""PyTorch peer for syncbn-bench, run as a coprocess so that its calls
+interleave with ours in the same run (same load, same machine state).
+
+Times F.batch_norm(training=True) forward and autograd backward on the CPU
+with the same threads and the same input rotation as the C side: `copies`
+copies of (x, dy) whose total exceeds the caches; forward on copy i, backward
+of the forward made `depth` steps earlier, so neither pass reads inputs that
+are still in the caches from the pass before.
+
+Protocol (one line each way; times in ms):
+  setup N C HW LAYOUT DTYPE COPIES DEPTH  -> ok
+  run CALLS                               -> r F1,F2,...;B1,B2,...
+  free                                    -> ok
+  quit
+"""
 import sys
 import time
 
@@ -13,48 +21,71 @@ try:
     import torch
     import torch.nn.functional as F
 except Exception as e:  # the bench reports the peer as unavailable
-    print("#torch unavailable:", e)
+    print("#torch unavailable:", e, flush=True)
     sys.exit(3)
 
-path, threads, rotate_mib, min_reps, max_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-torch.set_num_threads(threads)
+torch.set_num_threads(int(sys.argv[1]))
 print("#torch", torch.__version__, "threads", torch.get_num_threads(), flush=True)
-dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-for line in open(path):
-    label, n, c, hw, layout, dt = line.strip().split(",")
-    n, c, hw = int(n), int(c), int(hw)
-    side = int(round(hw ** 0.5))
-    shape = (n, c) if hw == 1 else (n, c, side, side)
-    dtype = dtypes[dt]
-    elem = 2 if dtype != torch.float32 else 4
-    tensor_bytes = n * c * hw * elem
-    k = max(2, min(64, int(rotate_mib * 2**20 / (2 * tensor_bytes)) + 1))
-    xs, dys = [], []
-    x0 = torch.randn(shape, dtype=dtype)  # random once, copied k times (randn is slow)
-    if layout == "cl" and len(shape) == 4:
-        x0 = x0.contiguous(memory_format=torch.channels_last)
-    dy0 = torch.randn_like(x0)
-    for _ in range(k):
-        xs.append(x0.clone().requires_grad_())
-        dys.append(dy0.clone())
-    w = torch.ones(c, requires_grad=True)
-    b = torch.zeros(c, requires_grad=True)
-    rm, rv = torch.zeros(c), torch.ones(c)
-    fwd, bwd = [], []
-    t_start = time.perf_counter()
-    i = 0
-    while i < min_reps + 1 or (time.perf_counter() - t_start < max_s and i < 50):
-        x, dy = xs[i % k], dys[i % k]
-        x.grad = None
+
+class Case:
+    def __init__(self, n, c, hw, layout, dt, copies, depth):
+        side = int(round(hw ** 0.5))
+        shape = (n, c) if hw == 1 else (n, c, side, hw // side)
+        gen = torch.Generator().manual_seed(1)
+        x0 = torch.randn(shape, generator=gen).to(DTYPES[dt])  # random once, copied (randn is slow)
+        if layout == "cl" and len(shape) == 4:
+            x0 = x0.contiguous(memory_format=torch.channels_last)
+        dy0 = torch.randn(shape, generator=gen).to(DTYPES[dt])
+        if layout == "cl" and len(shape) == 4:
+            dy0 = dy0.contiguous(memory_format=torch.channels_last)
+        self.xs = [x0.clone().requires_grad_() for _ in range(copies)]
+        self.dys = [dy0.clone() for _ in range(copies)]
+        self.w = torch.ones(c, requires_grad=True)
+        self.b = torch.zeros(c, requires_grad=True)
+        self.rm, self.rv = torch.zeros(c), torch.ones(c)
+        self.depth, self.i, self.pending = depth, 0, []
+        for _ in range(depth + 1):  # fill the pipeline (warm-up, untimed)
+            self.step()
+
+    def step(self):
+        k = self.i % len(self.xs)
+        self.i += 1
+        x = self.xs[k]
         t0 = time.perf_counter()
-        y = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+        y = F.batch_norm(x, self.rm, self.rv, self.w, self.b, True, 0.1, 1e-5)
         t1 = time.perf_counter()
-        y.backward(dy)
-        t2 = time.perf_counter()
-        if i > 0:  # the first is a warm-up
-            fwd.append(t1 - t0)
-            bwd.append(t2 - t1)
-        i += 1
-    print(f"{label},{layout},{dt},{statistics.median(fwd)*1e3:.4f},{statistics.median(bwd)*1e3:.4f}", flush=True)
-    del xs, dys
+        self.pending.append((y, k))
+        tb = None
+        if len(self.pending) > self.depth:
+            y0, k0 = self.pending.pop(0)
+            t2 = time.perf_counter()
+            y0.backward(self.dys[k0])
+            tb = time.perf_counter() - t2
+            self.xs[k0].grad = None
+        return t1 - t0, tb
+
+
+case = None
+for line in sys.stdin:
+    a = line.split()
+    if not a:
+        continue
+    if a[0] == "setup":
+        case = None
+        case = Case(int(a[1]), int(a[2]), int(a[3]), a[4], a[5], int(a[6]), int(a[7]))
+        print("ok", flush=True)
+    elif a[0] == "run":
+        fw, bw = [], []
+        for _ in range(int(a[1])):
+            f, b = case.step()
+            fw.append(f * 1e3)
+            if b is not None:
+                bw.append(b * 1e3)
+        print("r " + ",".join(f"{v:.5f}" for v in fw) + ";" + ",".join(f"{v:.5f}" for v in bw), flush=True)
+    elif a[0] == "free":
+        case = None
+        print("ok", flush=True)
+    elif a[0] == "quit":
+        break
