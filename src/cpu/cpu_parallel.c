@@ -21,6 +21,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -29,7 +30,10 @@
 
 #include "cpu_kern.h"
 
-enum { MAX_HELPERS = 63, SPIN_WAIT = 20000 /* pause loops (~50-100 us) before sleeping */ };
+/* A helper watches for the next job this long before sleeping: the passes
+ * of a layer follow each other within microseconds, a futex wake-up costs
+ * tens of them. */
+enum { MAX_HELPERS = 63, SPIN_NS = 50000 };
 
 typedef struct job {
   sbn_kfn fn;
@@ -105,16 +109,18 @@ static void *helper_main(void *argp) {
   for (;;) {
     uint32_t g;
     int spins = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     while ((g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE)) == seen && !__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) {
-      if (++spins < SPIN_WAIT) {
-        cpu_relax();
-        continue;
-      }
+      cpu_relax();
+      if (++spins % 64) continue;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < SPIN_NS) continue;
       __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
       if (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) == seen && !__atomic_load_n(&p->quit, __ATOMIC_SEQ_CST))
         futex_wait(&p->gen, seen);
       __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
-      spins = 0;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
     }
     if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) return NULL;
     seen = g;
