@@ -1,0 +1,125 @@
+"""A libsyncbn process group whose collectives are torch.distributed's.
+
+One custom group (syncbn_custom.h) per torch.distributed process group, made
+on first use and kept for the life of the process. Its callbacks run on the
+thread that called the library (the autograd thread in backward), with the
+GIL taken by ctypes, and call torch.distributed.all_reduce / broadcast /
+barrier on that process group over tensors that alias the library's host
+buffers (no copies). An exception inside a callback becomes a non-zero
+return code (with its text as the library's message), i.e.
+SBN_STATUS_BACKEND_ERROR, and is chained to the SyncBNError raised to the
+caller. Timeouts are torch.distributed's: the `timeout` given to
+init_process_group / new_group.
+"""
+import ctypes
+import threading
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+
+_TORCH_DTYPES = {_lib.DTYPE_FLOAT32: torch.float32, _lib.DTYPE_FLOAT64: torch.float64,
+                 _lib.DTYPE_INT64: torch.int64}
+
+
+def _host_tensor(address, count, dtype):
+    """A torch tensor aliasing `count` values at a host address."""
+    nbytes = count * torch.tensor([], dtype=dtype).element_size()
+    buf = (ctypes.c_byte * nbytes).from_address(address)
+    return torch.frombuffer(buf, dtype=dtype, count=count)
+
+
+class TorchGroup:
+    """libsyncbn's view of one torch.distributed process group."""
+
+    def __init__(self, pg):
+        self.pg = pg
+        self.rank = dist.get_rank(pg)
+        self.size = dist.get_world_size(pg)
+        if pg is None or pg is dist.group.WORLD:
+            self.global_ranks = list(range(self.size))
+        else:
+            self.global_ranks = list(dist.get_process_group_ranks(pg))
+        self.backend = str(dist.get_backend(pg))
+        self.calls = 0  # collectives issued through torch (tests use it: eval must not add any)
+        self.pending = threading.local()  # the exception a callback caught, for chaining
+        # ctypes callback objects must live as long as the C group.
+        self._cb = (_lib.ALLREDUCE_FN(self._allreduce), _lib.BROADCAST_FN(self._broadcast),
+                    _lib.BARRIER_FN(self._barrier))
+        self._name = ("torch.distributed:%s" % self.backend).encode()
+        ops = _lib.CustomOps(_lib.CUSTOM_OPS_VERSION, self._name, self._cb[0], self._cb[1],
+                             self._cb[2], _lib.SPLIT_FN(), _lib.DESTROY_FN())
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.lib.sbn_group_create_custom(ctypes.byref(handle), self.rank, self.size,
+                                                    ctypes.byref(ops), None))
+        self.handle = handle
+
+    def _fail(self, exc):
+        self.pending.exc = exc
+        _lib.lib.sbn_custom_set_error(("%s: %s" % (type(exc).__name__, exc)).encode()[:480])
+        return 1
+
+    @staticmethod
+    def _check_host(device, stream):
+        if device.type != _lib.DEVICE_CPU or stream:
+            raise RuntimeError("device buffers reached the torch.distributed callbacks, which "
+                               "this syncbn package does not support yet")
+
+    def _allreduce(self, ctx, buf, count, dtype, device, stream):
+        try:
+            self._check_host(device, stream)
+            if dtype not in _TORCH_DTYPES:
+                raise ValueError("all-reduce of dtype %d is not supported" % dtype)
+            self.calls += 1
+            if count:
+                dist.all_reduce(_host_tensor(buf, count, _TORCH_DTYPES[dtype]), group=self.pg)
+            return 0
+        except BaseException as e:  # never let an exception cross the C frames
+            return self._fail(e)
+
+    def _broadcast(self, ctx, buf, nbytes, root, device, stream):
+        try:
+            self._check_host(device, stream)
+            self.calls += 1
+            if nbytes:
+                dist.broadcast(_host_tensor(buf, nbytes, torch.uint8), src=self.global_ranks[root],
+                               group=self.pg)
+            return 0
+        except BaseException as e:
+            return self._fail(e)
+
+    def _barrier(self, ctx):
+        try:
+            self.calls += 1
+            dist.barrier(group=self.pg)
+            return 0
+        except BaseException as e:
+            return self._fail(e)
+
+    def check(self, status):
+        """Raise for a failed library call, chained to a callback's exception."""
+        exc = getattr(self.pending, "exc", None)
+        self.pending.exc = None
+        if status != 0 and isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise exc  # Ctrl-C inside a collective stays Ctrl-C
+        _lib.check(status, exc)
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle is not None and _lib is not None and _lib.lib is not None:
+            _lib.lib.sbn_group_destroy(handle)
+
+
+_groups = {}  # id(process group) -> (process group, TorchGroup)
+
+
+def torch_group(pg):
+    """The TorchGroup of a process group (None: the default group)."""
+    if pg is None:
+        pg = dist.group.WORLD
+    entry = _groups.get(id(pg))
+    if entry is None or entry[0] is not pg:
+        entry = (pg, TorchGroup(pg))
+        _groups[id(pg)] = entry
+    return entry[1]

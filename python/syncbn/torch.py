@@ -1,0 +1,342 @@
+"""SyncBatchNorm for PyTorch on CPU, backed by libsyncbn.
+
+    import syncbn.torch as sbn
+    model = sbn.convert_sync_batchnorm(model)        # before DDP, like PyTorch's
+    model = torch.nn.parallel.DistributedDataParallel(model)   # gloo, CPU
+
+`SyncBatchNorm` is a drop-in for `torch.nn.SyncBatchNorm` (same constructor,
+parameters, buffers and state-dict format) that runs on CPU tensors, where
+PyTorch's refuses them. Its batch statistics (forward) and gradient sums
+(backward) are reduced over the process group by libsyncbn through
+torch.distributed's collectives (one all-reduce of 2C+1 float64 values per
+forward, one of 2C per backward, plus a 64-byte signature reduction each that
+turns a disagreement between ranks into an error on every rank).
+
+The layer's parameters and buffers are this module's torch tensors: each call
+copies weight, bias, running statistics and num_batches_tracked (O(C)) into
+the library's layer and the updated statistics back, so optimizer updates,
+load_state_dict and DDP's buffer broadcasts are always seen.
+"""
+import ctypes
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from . import _lib
+from ._group import torch_group, _host_tensor
+from ._lib import SyncBNError
+
+__all__ = ["SyncBatchNorm", "BatchNormXd", "convert_sync_batchnorm", "revert_sync_batchnorm",
+           "SyncBNError"]
+
+_DTYPES = {torch.float32: _lib.DTYPE_FLOAT32, torch.bfloat16: _lib.DTYPE_BFLOAT16,
+           torch.float16: _lib.DTYPE_FLOAT16, torch.float64: _lib.DTYPE_FLOAT64}
+_threads_set = [None]
+
+
+def _sync_threads():
+    """Kernel threads follow torch.get_num_threads() unless SYNCBN_NUM_THREADS is set."""
+    if os.environ.get("SYNCBN_NUM_THREADS"):
+        return
+    t = torch.get_num_threads()
+    if _threads_set[0] != t:
+        _lib.check(_lib.lib.sbn_set_num_threads(t))
+        _threads_set[0] = t
+
+
+def _cl_perm(ndim):
+    return (0,) + tuple(range(2, ndim)) + (1,)
+
+
+def _layout_of(x):
+    """(layout, dense x): channels-first or channels-last memory order."""
+    if x.numel() == 0:  # no data: keep the caller's strides (both checks pass)
+        return _lib.LAYOUT_CHANNELS_FIRST, x
+    if x.dim() <= 2 or x.is_contiguous():
+        return _lib.LAYOUT_CHANNELS_FIRST, x.contiguous()
+    if x.permute(_cl_perm(x.dim())).is_contiguous():
+        return _lib.LAYOUT_CHANNELS_LAST, x
+    return _lib.LAYOUT_CHANNELS_FIRST, x.contiguous()
+
+
+def _empty_as(x, layout):
+    """A new tensor in x's memory order (x: already dense in that layout)."""
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    return _empty(x.shape, x.dtype, layout)
+
+
+def _empty(shape, dtype, layout):
+    if layout == _lib.LAYOUT_CHANNELS_FIRST or len(shape) <= 2:
+        return torch.empty(shape, dtype=dtype)
+    perm = _cl_perm(len(shape))
+    inv = [perm.index(i) for i in range(len(shape))]
+    return torch.empty([shape[p] for p in perm], dtype=dtype).permute(inv)
+
+
+def _dense_as(t, layout):
+    if layout == _lib.LAYOUT_CHANNELS_FIRST or t.dim() <= 2:
+        return t.contiguous()
+    perm = _cl_perm(t.dim())
+    inv = [perm.index(i) for i in range(t.dim())]
+    return t.permute(perm).contiguous().permute(inv)
+
+
+def _desc(t, layout):
+    d = _lib.Tensor()
+    d.data = t.data_ptr() or None
+    d.ndim = t.dim()
+    for i, n in enumerate(t.shape[:_lib.MAX_DIMS]):
+        d.shape[i] = n
+    d.dtype = _DTYPES.get(t.dtype, -1)
+    d.layout = layout
+    d.device = _lib.Device(_lib.DEVICE_CPU, 0)
+    return d
+
+
+class _Layer:
+    """One libsyncbn layer, with torch views of its per-channel state."""
+
+    def __init__(self, num_features, eps, momentum, affine, track, group, device_type):
+        opt = _lib.lib.sbn_bn_options_default(num_features)
+        opt.eps = eps
+        opt.momentum = _lib.MOMENTUM_CUMULATIVE if momentum is None else momentum
+        opt.affine = int(affine)
+        opt.track_running_stats = int(track)
+        opt.device = _lib.Device(device_type, 0)
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.lib.sbn_bn_create(ctypes.byref(handle), ctypes.byref(opt),
+                                          group.handle if group else None))
+        self.handle, self.group = handle, group
+        self.last_call = None
+        self.views = {}
+        wanted = ([_lib.BN_TENSOR_WEIGHT, _lib.BN_TENSOR_BIAS, _lib.BN_TENSOR_GRAD_WEIGHT,
+                   _lib.BN_TENSOR_GRAD_BIAS] if affine else []) + \
+                 ([_lib.BN_TENSOR_RUNNING_MEAN, _lib.BN_TENSOR_RUNNING_VAR] if track else [])
+        for tid in wanted:
+            d = _lib.Tensor()
+            _lib.check(_lib.lib.sbn_bn_tensor(ctypes.byref(d), handle, tid))
+            self.views[tid] = _host_tensor(d.data, num_features, torch.float32)
+
+    def check(self, status):
+        if self.group is not None:
+            self.group.check(status)
+        else:
+            _lib.check(status)
+
+    def __del__(self):
+        if getattr(self, "handle", None) is not None and _lib.lib is not None:
+            self.views = {}
+            _lib.lib.sbn_bn_destroy(self.handle)
+
+
+class _Function(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, module, layer, call):
+        layout, x = _layout_of(x)
+        y = _empty_as(x, layout)
+        v = layer.views
+        with torch.no_grad():
+            if module.affine:
+                v[_lib.BN_TENSOR_WEIGHT].copy_(weight)
+                v[_lib.BN_TENSOR_BIAS].copy_(bias)
+            track = module.track_running_stats
+            if track:
+                v[_lib.BN_TENSOR_RUNNING_MEAN].copy_(module.running_mean)
+                v[_lib.BN_TENSOR_RUNNING_VAR].copy_(module.running_var)
+                layer.check(_lib.lib.sbn_bn_set_num_batches_tracked(
+                    layer.handle, int(module.num_batches_tracked)))
+            layer.check(_lib.lib.sbn_bn_set_training(layer.handle, int(module.training)))
+            tx, ty = _desc(x, layout), _desc(y, layout)
+            layer.last_call = None
+            layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
+            layer.last_call = call
+            if track and module.training:
+                module.running_mean.copy_(v[_lib.BN_TENSOR_RUNNING_MEAN])
+                module.running_var.copy_(v[_lib.BN_TENSOR_RUNNING_VAR])
+                nbt = ctypes.c_int64()
+                layer.check(_lib.lib.sbn_bn_get_num_batches_tracked(layer.handle,
+                                                                   ctypes.byref(nbt)))
+                module.num_batches_tracked.fill_(nbt.value)
+        ctx.save_for_backward(x)
+        ctx.layer, ctx.call, ctx.layout, ctx.affine = layer, call, layout, module.affine
+        ctx.param_dtype = weight.dtype if weight is not None else None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, = ctx.saved_tensors
+        layer = ctx.layer
+        if layer.last_call != ctx.call:
+            raise RuntimeError(
+                "syncbn.torch.SyncBatchNorm: this backward belongs to an earlier forward of the "
+                "same layer; the library keeps the statistics of the most recent forward only, "
+                "so run backward before calling the layer again (or use one layer per call)")
+        dy = _dense_as(dy.to(x.dtype), ctx.layout)
+        need_dx = ctx.needs_input_grad[0]
+        dx = _empty_as(x, ctx.layout) if need_dx else None
+        tx, tdy = _desc(x, ctx.layout), _desc(dy, ctx.layout)
+        tdx = _desc(dx, ctx.layout) if need_dx else None
+        if ctx.affine:
+            layer.check(_lib.lib.sbn_bn_zero_grad(layer.handle))
+        layer.check(_lib.lib.sbn_bn_backward(layer.handle,
+                                             ctypes.byref(tdx) if need_dx else None,
+                                             ctypes.byref(tdy), ctypes.byref(tx)))
+        gw = gb = None
+        if ctx.affine:
+            if ctx.needs_input_grad[1]:
+                gw = layer.views[_lib.BN_TENSOR_GRAD_WEIGHT].to(ctx.param_dtype, copy=True)
+            if ctx.needs_input_grad[2]:
+                gb = layer.views[_lib.BN_TENSOR_GRAD_BIAS].to(ctx.param_dtype, copy=True)
+        return dx, gw, gb, None, None, None
+
+
+class SyncBatchNorm(_BatchNorm):
+    r"""Batch normalization synchronized over a torch.distributed process group,
+    on CPU tensors (float32, bfloat16 or float16; channels-first or
+    channels_last; (N, C), (N, C, L), (N, C, H, W) or (N, C, D, H, W)).
+
+    Same arguments, parameters, buffers and state dict as
+    ``torch.nn.SyncBatchNorm``. In training, mean and biased variance are
+    those of the whole group's batch (ranks may hold different N, also 0),
+    and the running variance is updated with the unbiased global variance;
+    weight/bias gradients are this rank's (DDP averages them). Eval mode with
+    running statistics does not communicate. Without torch.distributed
+    initialized, or in a group of one process, it is plain BatchNorm.
+
+    process_group: a torch.distributed group (default: the whole world).
+    Errors from the library raise :class:`syncbn.SyncBNError` on every rank
+    of the group (e.g. a rank whose input has a different C gets
+    SBN_STATUS_MISMATCH everywhere instead of a hang).
+    """
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, process_group=None, device=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats,
+                         device=device, dtype=dtype)
+        self.process_group = process_group
+        self._layers = {}
+        self._calls = 0
+
+    def _check_input_dim(self, input):
+        pass  # the library checks (2-D..5-D, C), on every rank of the group
+
+    def __getstate__(self):  # library handles are not copied (deepcopy, pickling)
+        state = self.__dict__.copy()
+        state["_layers"] = {}
+        return state
+
+    def _sync_group(self):
+        if not (self.training and dist.is_available() and dist.is_initialized()):
+            return None
+        pg = self.process_group or dist.group.WORLD
+        if dist.get_world_size(pg) <= 1:
+            return None
+        return torch_group(pg)
+
+    def _layer(self, group, device_type):
+        key = (id(group), self.eps, self.momentum, self.affine, self.track_running_stats,
+               device_type)
+        layer = self._layers.get(key)
+        if layer is None:
+            # The library gives each layer made on a group an ordinal, checked in
+            # every collective: layers are made on first use, in forward order,
+            # which is the same on every rank.
+            layer = _Layer(self.num_features, self.eps, self.momentum, self.affine,
+                           self.track_running_stats, group, device_type)
+            self._layers[key] = layer
+        return layer
+
+    def forward(self, input):
+        if input.device.type != "cpu":
+            if input.device.type == "cuda":
+                # A CUDA build will take device pointers and the current stream; this
+                # library answers SBN_STATUS_NOT_BUILT, which is raised here.
+                layer = self._layer(None, _lib.DEVICE_CUDA)
+                raise NotImplementedError("syncbn: CUDA tensors: the library accepted a CUDA "
+                                          "layer but this package does not pass streams yet")
+            raise SyncBNError(1, "syncbn.torch.SyncBatchNorm: tensors on %s are not supported "
+                                 "(CPU only)" % input.device)
+        _sync_threads()
+        group = self._sync_group()
+        if (group is None and input.numel() == 0 and input.dim() >= 2 and
+                input.shape[1] == self.num_features and
+                (self.training or not self.track_running_stats)):
+            # An empty batch normalized by its own statistics: PyTorch returns an
+            # empty output (zero parameter gradients) and counts the batch; the
+            # library refuses a count of 0, so this is answered here.
+            if self.training and self.track_running_stats:
+                self.num_batches_tracked.add_(1)
+            if not self.affine:
+                return input.clone()
+            view = (1, -1) + (1,) * (input.dim() - 2)
+            return input * self.weight.view(view) + self.bias.view(view)
+        layer = self._layer(group, _lib.DEVICE_CPU)
+        self._calls += 1
+        return _Function.apply(input, self.weight, self.bias, self, layer, self._calls)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_group=None):
+        return convert_sync_batchnorm(module, process_group)
+
+
+class BatchNormXd(_BatchNorm):
+    """Plain BatchNorm for any input of 2 to 5 dims (what revert_sync_batchnorm
+    gives for a SyncBatchNorm whose original kind is unknown)."""
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError("expected at least 2D input (got {}D input)".format(input.dim()))
+
+
+def _share_state(dst, src):
+    """dst takes src's parameters and buffers (the same tensors), training flag
+    and qconfig, as PyTorch's convert_sync_batchnorm does."""
+    if src.affine:
+        with torch.no_grad():
+            dst.weight = src.weight
+            dst.bias = src.bias
+    dst.running_mean = src.running_mean
+    dst.running_var = src.running_var
+    dst.num_batches_tracked = src.num_batches_tracked
+    dst.train(src.training)
+    if hasattr(src, "qconfig"):
+        dst.qconfig = src.qconfig
+
+
+def convert_sync_batchnorm(module, process_group=None):
+    """Replace every BatchNorm (any torch.nn.modules.batchnorm._BatchNorm:
+    BatchNorm1d/2d/3d, torch.nn.SyncBatchNorm, ...) in `module` by a
+    syncbn SyncBatchNorm on `process_group`, sharing its parameters and
+    buffers (not copies), keeping its training flag and requires_grad. Returns
+    the module; a new one if `module` itself is a BatchNorm. Call it before
+    wrapping the model in DistributedDataParallel."""
+    out = module
+    if isinstance(module, _BatchNorm):
+        out = SyncBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
+                            module.track_running_stats, process_group)
+        _share_state(out, module)
+        out._syncbn_source_class = getattr(module, "_syncbn_source_class", type(module))
+    for name, child in module.named_children():
+        out.add_module(name, convert_sync_batchnorm(child, process_group))
+    return out
+
+
+def revert_sync_batchnorm(module):
+    """The reverse: every syncbn SyncBatchNorm (and torch.nn.SyncBatchNorm)
+    becomes the BatchNorm class it was converted from (BatchNormXd if
+    unknown), sharing parameters and buffers, keeping the training flag.
+    Returns the module; a new one if `module` itself is converted."""
+    out = module
+    if isinstance(module, (SyncBatchNorm, torch.nn.SyncBatchNorm)):
+        cls = getattr(module, "_syncbn_source_class", None)
+        if cls is None or cls in (SyncBatchNorm, torch.nn.SyncBatchNorm):
+            cls = BatchNormXd
+        out = cls(module.num_features, module.eps, module.momentum, module.affine,
+                  module.track_running_stats)
+        _share_state(out, module)
+    for name, child in module.named_children():
+        out.add_module(name, revert_sync_batchnorm(child))
+    return out

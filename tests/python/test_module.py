@@ -1,0 +1,279 @@
+#!/usr/bin/python3
+"""syncbn.torch on one process (no torch.distributed: plain BatchNorm):
+numerics against a float64 reference (PyTorch's float32 nn.BatchNorm as a
+peer), dtypes and layouts, eval, momentum None, state dicts with
+nn.BatchNorm2d and nn.SyncBatchNorm, convert/revert on a ResNet, errors."""
+import copy
+import os
+
+import torch
+import torch.nn as nn
+
+import syncbn
+import syncbn.torch as sbn
+from sbn_testlib import Reference, check, expect, finish, rel_err, to_layout
+
+torch.manual_seed(0)
+# Tolerances. Our kernels accumulate in float64 and round y and dx once, so
+# against the float64 reference the error is float32 rounding of unit-scale
+# values (~6e-8); 1e-6 leaves room for the float32 parameters. PyTorch's own
+# float32 BatchNorm is printed beside it as the peer. Reduced-precision
+# storage: one rounding of y/dx, i.e. 2^-9 relative (bf16) and 2^-12
+# (f16); the tolerance is twice that.
+TOL = 1e-6
+TOL_STORAGE = {torch.float32: TOL, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def numerics():
+    print("plain BatchNorm (no group) vs float64 reference, 3 training steps + eval:")
+    cases = [  # shape, channels_last, affine, track, momentum, dtype
+        ((6, 5), False, True, True, 0.1, torch.float32),
+        ((4, 3, 7), False, True, True, None, torch.float32),
+        ((4, 3, 7), True, True, False, 0.1, torch.float32),
+        ((3, 4, 5, 6), False, True, True, 0.3, torch.float32),
+        ((3, 4, 5, 6), True, True, True, None, torch.float32),
+        ((2, 3, 3, 4, 5), True, False, True, 0.1, torch.float32),
+        ((2, 3, 3, 4, 5), False, True, False, None, torch.float32),
+        ((3, 4, 5, 6), True, True, True, 0.1, torch.bfloat16),
+        ((4, 3, 9), False, True, True, 0.1, torch.bfloat16),
+        ((3, 4, 5, 6), False, True, True, 0.1, torch.float16),
+    ]
+    for shape, cl, affine, track, momentum, dtype in cases:
+        C = shape[1]
+        m = sbn.SyncBatchNorm(C, momentum=momentum, affine=affine, track_running_stats=track)
+        peer = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[
+            len(shape)](C, momentum=momentum, affine=affine, track_running_stats=track)
+        if affine:
+            with torch.no_grad():
+                m.weight.copy_(torch.rand(C) + 0.5), m.bias.copy_(torch.randn(C))
+                peer.weight.copy_(m.weight), peer.bias.copy_(m.bias)
+        ref = Reference(C, momentum=momentum, affine=affine, track=track,
+                        weight=m.weight.detach() if affine else None,
+                        bias=m.bias.detach() if affine else None)
+        errs = {"y": 0.0, "dx": 0.0, "gw": 0.0, "rs": 0.0, "peer_y": 0.0}
+        layout_kept = True
+        for step in range(4):
+            training = step < 3
+            m.train(training), peer.train(training)
+            mean = 3 * torch.randn(C).view(1, C, *([1] * (len(shape) - 2)))
+            x64 = mean + torch.randn(shape, dtype=torch.float64)
+            x = to_layout(x64.to(dtype), cl).requires_grad_()
+            dy = torch.randn(shape, dtype=torch.float64).to(dtype)
+            y = m(x)
+            ys, dxs, gw, gb = ref.step([x.detach()], [dy], training)
+            if dtype == torch.float32:
+                py = peer(x.detach())
+                errs["peer_y"] = max(errs["peer_y"], rel_err(py, ys[0]))
+            errs["y"] = max(errs["y"], rel_err(y, ys[0]))
+            if affine:
+                m.weight.grad = m.bias.grad = None
+            y.backward(dy)
+            errs["dx"] = max(errs["dx"], rel_err(x.grad, dxs[0]))
+            if affine and gw is not None:
+                errs["gw"] = max(errs["gw"], rel_err(m.weight.grad, gw), rel_err(m.bias.grad, gb))
+            if track:
+                errs["rs"] = max(errs["rs"], rel_err(m.running_mean, ref.rm),
+                                 rel_err(m.running_var, ref.rv))
+            if cl and len(shape) == 4:
+                layout_kept &= y.is_contiguous(memory_format=torch.channels_last) and \
+                    x.grad.is_contiguous(memory_format=torch.channels_last)
+            layout_kept &= y.dtype == dtype and x.grad.dtype == dtype
+        name = "%s %s %s affine=%d track=%d momentum=%s" % (
+            tuple(shape), "CL" if cl else "CF", str(dtype)[6:], affine, track, momentum)
+        tol = TOL_STORAGE[dtype]
+        print(" ", name, "(PyTorch float32 peer y err %.1e)" % errs["peer_y"]
+              if dtype == torch.float32 else "")
+        check("    y", errs["y"], tol)
+        check("    dx", errs["dx"], tol)
+        # float32 results of float64 sums of the (exactly represented) inputs
+        check("    grad_weight, grad_bias", errs["gw"], 1e-6)
+        check("    running_mean, running_var", errs["rs"], 1e-6)
+        expect("    dtype and channels_last kept for y and dx", layout_kept)
+        if track:
+            expect("    num_batches_tracked == 3", int(m.num_batches_tracked) == 3,
+                   str(int(m.num_batches_tracked)))
+
+
+def state_dicts():
+    print("state dicts:")
+    torch.manual_seed(1)
+    bn = nn.BatchNorm2d(6)
+    x = torch.randn(8, 6, 4, 4) * 2 + 1
+    for _ in range(3):
+        bn(x + torch.randn_like(x))
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5), bn.bias.uniform_(-1, 1)
+    ours = sbn.SyncBatchNorm(6)
+    ours.load_state_dict(bn.state_dict())  # strict
+    expect("keys equal nn.BatchNorm2d's", list(ours.state_dict()) == list(bn.state_dict()),
+           str(list(ours.state_dict())))
+    bn.eval(), ours.eval()
+    check("nn.BatchNorm2d -> ours: eval outputs", rel_err(ours(x), bn(x)), 1e-6)
+    back = nn.BatchNorm2d(6)
+    back.load_state_dict(ours.state_dict())
+    expect("ours -> nn.BatchNorm2d: every tensor equal",
+           all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), bn.state_dict().values())))
+    tsync = nn.SyncBatchNorm(6)
+    tsync.load_state_dict(ours.state_dict())
+    ours2 = sbn.SyncBatchNorm(6)
+    ours2.load_state_dict(tsync.state_dict())
+    expect("ours -> nn.SyncBatchNorm -> ours: every tensor equal",
+           all(torch.equal(a, b) for a, b in zip(ours2.state_dict().values(), bn.state_dict().values())))
+    # The pre-version-2 format has no num_batches_tracked: it loads as 0.
+    old = bn.state_dict()
+    del old["num_batches_tracked"]
+    old._metadata = {"": {"version": 1}}
+    ours3 = sbn.SyncBatchNorm(6)
+    ours3.num_batches_tracked.fill_(5)
+    ours3.load_state_dict(old)
+    expect("version-1 checkpoint without num_batches_tracked loads with 0",
+           int(ours3.num_batches_tracked) == 0 and torch.equal(ours3.running_var, bn.running_var))
+    # A whole model saved with nn.BatchNorm2d loads into its converted twin.
+    net = nn.Sequential(nn.Conv2d(3, 6, 3), nn.BatchNorm2d(6), nn.ReLU())
+    conv = sbn.convert_sync_batchnorm(copy.deepcopy(net))
+    conv.load_state_dict(net.state_dict())
+    net.eval(), conv.eval()
+    xi = torch.randn(2, 3, 6, 6)
+    check("model checkpoint into converted model: outputs", rel_err(conv(xi), net(xi)), 1e-6)
+    # deepcopy copies the module, not the library's layer handle
+    c2 = copy.deepcopy(ours)
+    c2.train()
+    c2(x)
+    expect("deepcopy gives an independent module", int(c2.num_batches_tracked) ==
+           int(ours.num_batches_tracked) + 1 and not torch.equal(c2.running_mean, ours.running_mean))
+
+
+# A torchvision-style ResNet (BasicBlock + Bottleneck), built here.
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                            nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        idt = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + idt)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride=1):
+        super().__init__()
+        cout = width * 4
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + self.downsample(x))
+
+
+def resnet():
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+        nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 16, 2)),
+        nn.Sequential(Bottleneck(16, 4, 2)),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10), nn.BatchNorm1d(10))
+
+
+def convert_revert():
+    print("convert_sync_batchnorm / revert_sync_batchnorm on a ResNet:")
+    torch.manual_seed(2)
+    net = resnet()
+    net[3][1].bn2.eval()                      # a training flag to keep
+    net[3][0].bn1.weight.requires_grad_(False)  # a requires_grad to keep
+    before = {n: type(m) for n, m in net.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    params = {n: p for n, p in net.named_parameters()}
+    buffers = {n: b for n, b in net.named_buffers()}
+    x = torch.randn(4, 3, 8, 8)
+    with torch.no_grad():
+        ref_out = copy.deepcopy(net)(x)
+    conv = sbn.convert_sync_batchnorm(net)
+    after = {n: type(m) for n, m in conv.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    expect("every BatchNorm converted (%d)" % len(before),
+           set(after) == set(before) and all(t is sbn.SyncBatchNorm for t in after.values()))
+    expect("same object returned for a non-BatchNorm root", conv is net)
+    expect("parameters shared, not copied",
+           all(p is params[n] for n, p in conv.named_parameters()) and len(params) == len(list(conv.parameters())))
+    expect("buffers shared", all(b is buffers[n] for n, b in conv.named_buffers()))
+    expect("training flag kept", conv[3][1].bn2.training is False and conv[3][0].bn2.training is True)
+    expect("requires_grad kept", conv[3][0].bn1.weight.requires_grad is False)
+    with torch.no_grad():
+        check("converted model (no group: plain BN) gives the same output", rel_err(conv(x), ref_out), 1e-5)
+    root = nn.BatchNorm1d(5)
+    root_conv = sbn.convert_sync_batchnorm(root)
+    expect("a BatchNorm root returns a new SyncBatchNorm",
+           root_conv is not root and isinstance(root_conv, sbn.SyncBatchNorm) and root_conv.weight is root.weight)
+    rev = sbn.revert_sync_batchnorm(conv)
+    back = {n: type(m) for n, m in rev.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    expect("revert restores the original classes", back == before,
+           "%d BatchNorm2d, %d BatchNorm1d" % (sum(t is nn.BatchNorm2d for t in back.values()),
+                                              sum(t is nn.BatchNorm1d for t in back.values())))
+    expect("revert shares parameters and keeps flags",
+           all(p is params[n] for n, p in rev.named_parameters()) and rev[3][1].bn2.training is False)
+    tsync = nn.SyncBatchNorm.convert_sync_batchnorm(resnet())
+    ours = sbn.convert_sync_batchnorm(tsync)
+    expect("torch.nn.SyncBatchNorm modules convert too",
+           all(type(m) is sbn.SyncBatchNorm for m in ours.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)))
+    xr = sbn.revert_sync_batchnorm(sbn.SyncBatchNorm(3))
+    expect("revert of a bare SyncBatchNorm gives BatchNormXd", type(xr) is sbn.BatchNormXd)
+
+
+def errors():
+    print("errors raise syncbn.SyncBNError with the library's message:")
+
+    def raises(name, fn, status, text):
+        try:
+            fn()
+        except syncbn.SyncBNError as e:
+            expect(name, e.status == status and text in str(e), str(e))
+            return
+        except Exception as e:  # noqa: BLE001
+            expect(name, False, "raised %r" % e)
+            return
+        expect(name, False, "no exception")
+
+    m = sbn.SyncBatchNorm(4)
+    raises("1-D input", lambda: m(torch.randn(4)), "SBN_STATUS_INVALID_ARGUMENT", "expected 2D to 5D")
+    raises("6-D input", lambda: m(torch.randn(2, 4, 1, 1, 1, 2)), "SBN_STATUS_INVALID_ARGUMENT",
+           "expected 2D to 5D")
+    raises("wrong C", lambda: m(torch.randn(2, 3, 5)), "SBN_STATUS_INVALID_ARGUMENT", "num_features = 4")
+    raises("float64 input", lambda: m(torch.randn(2, 4, 5, dtype=torch.float64)),
+           "SBN_STATUS_UNSUPPORTED", "float64")
+    raises("one value per channel in training", lambda: m(torch.randn(1, 4)),
+           "SBN_STATUS_INVALID_ARGUMENT", "expected more than 1 value per channel")
+    expect("a failed forward changes no state", int(m.num_batches_tracked) == 0 and
+           torch.equal(m.running_mean, torch.zeros(4)))
+    raises("CUDA layer in a CPU-only library", lambda: m._layer(None, 1), "SBN_STATUS_NOT_BUILT", "CUDA")
+    raises("meta tensors", lambda: m(torch.empty(2, 4, device="meta")), "SBN_STATUS_INVALID_ARGUMENT",
+           "not supported")
+    x = torch.randn(3, 4, requires_grad=True)
+    y1 = m(x)
+    m(x)
+    try:
+        y1.sum().backward()
+        expect("backward of an earlier forward is refused", False, "no exception")
+    except RuntimeError as e:
+        expect("backward of an earlier forward is refused", "earlier forward" in str(e), str(e)[:90])
+
+
+if __name__ == "__main__":
+    if not os.environ.get("SYNCBN_NUM_THREADS"):
+        torch.set_num_threads(2)
+    print("syncbn %s from %s" % (syncbn.__version__, syncbn.library_path))
+    numerics()
+    state_dicts()
+    convert_revert()
+    errors()
+    finish("syncbn.torch single-process")
