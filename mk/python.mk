@@ -1,0 +1,25 @@
+# The Python package (python/syncbn: ctypes over libsyncbn.so, no build
+# against PyTorch) and its tests, run with Debian's torch (/usr/bin/python3).
+#
+#   make python-install [VENV=dir]   build libsyncbn, create the venv (default
+#                                    ./venv, --system-site-packages so that it
+#                                    sees python3-torch) and pip-install the
+#                                    package with libsyncbn.so bundled
+.DEFAULT_GOAL := all
+VENV ?= $(CURDIR)/venv
+DEPS_PYTHON := python3-torch python3-venv python3-setuptools
+DEPS_TEST += $(DEPS_PYTHON)
+PY_TEST_ENV := PYTHONPATH=python SYNCBN_LIBRARY=$(abspath $(BUILD)/libsyncbn.so)
+EXTRA_TEST_CMDS += 'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_module.py' \
+                   'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_distributed.py 2 3' \
+                   'cmd:tests/python/test_install.sh $(BUILD)'
+
+.PHONY: python-install
+python-install: $(BUILD)/libsyncbn.so
+	@scripts/deps.sh $(DEPS_PYTHON)
+	@[ -x $(VENV)/bin/python ] || $(PYTHON) -m venv --system-site-packages $(VENV)
+	@rm -rf $(BUILD)/python-pkg && cp -r python $(BUILD)/python-pkg
+	SYNCBN_LIBRARY=$(abspath $(BUILD)/libsyncbn.so) $(VENV)/bin/python -m pip install -q \
+	    --no-build-isolation --no-deps --no-index --force-reinstall $(BUILD)/python-pkg
+	@$(VENV)/bin/python -c 'import torch' 2>/dev/null || echo "python-install: warning: torch is not importable in $(VENV) (create it with --system-site-packages, or install torch there)" >&2
+	@echo "syncbn installed into $(VENV): . $(VENV)/bin/activate"
