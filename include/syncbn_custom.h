@@ -23,12 +23,19 @@
  *    to that, see MISMATCH below); a callback returns when the collective is
  *    complete on this rank (for host buffers: the data is in `buf`).
  *  - allreduce: in-place element-wise SUM over all ranks of `count` values
- *    of `dtype` at `buf`. The library sends SBN_DTYPE_FLOAT64 (signatures,
- *    the layer's statistics) and SBN_DTYPE_FLOAT32 (sbn_group_allreduce of
- *    float32); SBN_DTYPE_INT64 is part of the contract for later use. Every
- *    rank must receive the same result; the order of the sum is the
- *    engine's (so the bits of a reduction are as deterministic as the
- *    engine is: ring and tree all-reduces give every rank the same bits).
+ *    of `dtype` at `buf`, in any order. The library sends SBN_DTYPE_FLOAT64
+ *    (signatures, the layer's statistics) and SBN_DTYPE_FLOAT32
+ *    (sbn_group_allreduce of float32); SBN_DTYPE_INT64 is part of the
+ *    contract for later use.
+ *    EXACT SUMS: the engine's additions are only ever trusted where they are
+ *    exact. For an all-reduce of P*count <= 2^20 values in all (the layer's
+ *    2C+1 and 2C: always, up to P*C = 2^19), each rank places its values in
+ *    its own slot of a zeroed P*count buffer, so the engine's sum is an
+ *    all-gather (x + 0 is exact), and every rank merges the P contributions
+ *    with the library's exact summation: results are bitwise those of the
+ *    threads and MPI backends, whatever order the engine adds in. Larger
+ *    all-reduces (sbn_group_allreduce of gradient buckets) are the engine's
+ *    own sum, as deterministic as the engine is.
  *  - broadcast: copy `bytes` bytes at `buf` from group rank `root` to all.
  *  - barrier: optional (NULL: the signature reduction that starts every
  *    collective already waits for every rank).
@@ -66,8 +73,8 @@
  * (one more all-reduce of P*sizeof signature float64 values) and every rank
  * returns the same verdict: SBN_STATUS_MISMATCH listing who called what, or
  * its own error / SBN_STATUS_PEER_FAILED. Cost: one extra all-reduce of 64
- * bytes per collective on the good path. Groups are limited to 2^20 ranks
- * so that the sums stay exact.
+ * bytes per collective on the good path. Groups are limited to 65536 ranks
+ * (the exact summation's limit; the header's sums stay below 2^53).
  *
  * TIMEOUTS are the engine's business: a rank that never arrives blocks the
  * callbacks until the engine gives up (torch.distributed: the `timeout` of

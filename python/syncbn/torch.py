@@ -8,9 +8,12 @@
 parameters, buffers and state-dict format) that runs on CPU tensors, where
 PyTorch's refuses them. Its batch statistics (forward) and gradient sums
 (backward) are reduced over the process group by libsyncbn through
-torch.distributed's collectives (one all-reduce of 2C+1 float64 values per
-forward, one of 2C per backward, plus a 64-byte signature reduction each that
-turns a disagreement between ranks into an error on every rank).
+torch.distributed's collectives: per forward, a 64-byte signature reduction
+(a disagreement between ranks becomes an error on every rank) and one
+all-reduce of P x (2C+1) float64 values (each rank's 2C+1 sums in its own
+slot, merged exactly by the library, so results are bitwise independent of
+gloo's reduction order and equal to the C backends'); per backward the same
+with 2C values.
 
 The layer's parameters and buffers are this module's torch tensors: each call
 copies weight, bias, running statistics and num_batches_tracked (O(C)) into

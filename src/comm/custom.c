@@ -8,7 +8,7 @@
  * Every collective first all-reduces a header of 8 float64 values:
  *   [1, error flag, h1, h1^2, h2, h2^2, h3, h3^2]
  * with h1..h3 in [1, 2^16] fingerprints of the signature. The entries are
- * integers and their sums stay below 2^53 for up to 2^20 ranks, so they are
+ * integers and their sums stay below 2^53 for up to 2^16 ranks, so they are
  * exact whatever order the engine sums in. Rank r's fingerprint equals all
  * the others' iff sum(h) == P*h_r and sum(h^2) == P*h_r^2 (a zero variance);
  * since the sums are the same on every rank, every rank takes the same
@@ -19,8 +19,9 @@
 
 #include "syncbn_custom.h"
 #include "comm.h"
+#include "exact_sum.h"
 
-enum { HEADER = 8, MAX_RANKS = 1 << 20 };
+enum { HEADER = 8, MAX_RANKS = SBN_XSUM_MAX_TERMS, EXACT_MAX_VALUES = 1 << 20 };
 
 typedef struct custom_impl {
   sbn_custom_ops ops;
@@ -142,11 +143,45 @@ static sbn_status agree(sbn_group *g, const sbn_sig *sig) {
   return same ? SBN_STATUS_OK : exchange_signatures(g, sig);
 }
 
+/* Exact sums from an engine that only adds: every rank writes its values
+ * into its own slot of a zeroed P*count buffer, the engine's sum of that
+ * buffer is an all-gather (x + 0 is exact, in any order), and each rank
+ * merges the P contributions with the exact summation the other backends
+ * use (exact_sum.c): the same bits as threads and MPI, whatever order the
+ * engine adds in. Payloads up to EXACT_MAX_VALUES values in all take this
+ * path (the layer's 2C+1 and 2C: 8 ranks x C = 2048 is 32768); larger ones
+ * (gradient buckets) use the engine's own sum. */
+static void exact_merge(void *buf, const void *all, size_t count, int P, sbn_dtype dtype) {
+  for (size_t i = 0; i < count; i++) {
+    sbn_xbin acc = sbn_xsum_zero();
+    for (int q = 0; q < P; q++)
+      sbn_xsum_add(&acc, dtype == SBN_DTYPE_FLOAT64 ? ((const double *)all)[(size_t)q * count + i]
+                                                    : ((const float *)all)[(size_t)q * count + i]);
+    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_decode_f64((double *)buf + i, &acc, 1);
+    else sbn_xsum_decode_f32((float *)buf + i, &acc, 1);
+  }
+}
+
 static sbn_status custom_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype dtype,
                                    const sbn_sig *sig) {
-  sbn_status st = agree(g, sig);
-  if (st != SBN_STATUS_OK || count == 0) return st;
-  return call_allreduce(g, buf, count, dtype, sig);
+  const size_t es = dtype == SBN_DTYPE_FLOAT64 ? 8 : 4;
+  /* the same decision on every rank: agree() checks count and dtype first */
+  const int exact = count > 0 && g->size > 1 && count <= EXACT_MAX_VALUES / (size_t)g->size;
+  sbn_sig mine = *sig;
+  char *all = NULL;
+  if (exact && mine.status == SBN_STATUS_OK && !(all = calloc((size_t)g->size * count, es)))
+    sbn_sig_set_error(&mine, sbn_fail(SBN_STATUS_OUT_OF_MEMORY,
+                                      "group '%s': out of memory for an all-reduce of %zu values",
+                                      g->name, count));
+  sbn_status st = agree(g, &mine);
+  if (st == SBN_STATUS_OK && count > 0 && !exact) st = call_allreduce(g, buf, count, dtype, sig);
+  if (st == SBN_STATUS_OK && exact) {
+    memcpy(all + (size_t)g->rank * count * es, buf, count * es);
+    st = call_allreduce(g, all, (size_t)g->size * count, dtype, sig);
+    if (st == SBN_STATUS_OK) exact_merge(buf, all, count, g->size, dtype);
+  }
+  free(all);
+  return st;
 }
 
 static sbn_status custom_broadcast(sbn_group *g, void *buf, size_t bytes, int root,

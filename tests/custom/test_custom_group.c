@@ -4,7 +4,9 @@
  *  - equivalence: SyncBN layers on the custom group give the same y, dx,
  *    grad_weight/grad_bias, running statistics and num_batches_tracked as
  *    layers on the threads backend, for the same per-rank data (uneven and
- *    empty ranks, both layouts, 2-D..5-D, momentum None, several steps, eval);
+ *    empty ranks, both layouts, 2-D..5-D, momentum None, several steps, eval),
+ *    bitwise, although the test engine adds in its own order (the custom
+ *    group sums exactly); group all-reduces are exact (1e16 + 1 - 1e16 = 1);
  *  - mismatch: a rank whose layer has a different C makes every rank fail
  *    with SBN_STATUS_MISMATCH (no hang), and the group stays usable; a local
  *    error becomes the rank's own status and PEER_FAILED elsewhere;
@@ -80,15 +82,17 @@ static int e_allreduce(void *ctx, void *buf, size_t count, sbn_dtype dtype, sbn_
   char *tmp = malloc(count * es + 1);
   e->bufs[c->rank] = buf;
   pthread_barrier_wait(&e->bar);
-  for (size_t i = 0; i < count; i++) { /* rank order, like the threads backend */
+  for (size_t i = 0; i < count; i++) {
     if (dtype == SBN_DTYPE_INT64) {
       int64_t s = 0;
       for (int q = 0; q < e->size; q++) s += ((const int64_t *)e->bufs[q])[i];
       ((int64_t *)tmp)[i] = s;
     } else {
-      double s = 0;
-      for (int q = 0; q < e->size; q++)
+      double s = 0; /* in an order that depends on i: an engine's order is its own */
+      for (int k = 0; k < e->size; k++) {
+        int q = i % 2 ? e->size - 1 - k : k;
         s += dtype == SBN_DTYPE_FLOAT64 ? ((const double *)e->bufs[q])[i] : ((const float *)e->bufs[q])[i];
+      }
       if (dtype == SBN_DTYPE_FLOAT64) ((double *)tmp)[i] = s;
       else ((float *)tmp)[i] = (float)s;
     }
@@ -280,6 +284,15 @@ static void *rank_main(void *arg) {
   st = sbn_group_allreduce(cg, d, 3, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
   EXPECT(st == SBN_STATUS_OK && d[0] == 0.5 * P + P * (P - 1) / 2.0 && d[1] == P * (P - 1) && d[2] == -P,
          "allreduce f64 %s: %g %g %g", sbn_last_error(), d[0], d[1], d[2]);
+  /* exact and order-independent: 1e16 + 1 - 1e16 is 1 (a float64 sum in
+   * either rank order gives 0), as on the threads backend */
+  double e1[2] = {rank == 0 ? 1e16 : rank == 1 ? 1.0 : -1e16, rank == 1 ? 1e-300 : 0.1};
+  double e2[2] = {e1[0], e1[1]};
+  st = sbn_group_allreduce(cg, e1, 2, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  sbn_status st2 = sbn_group_allreduce(tg, e2, 2, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  if (rank == 0) printf("  1e16 + 1 - 1e16 over 3 ranks: custom %g, threads %g\n", e1[0], e2[0]);
+  EXPECT(st == SBN_STATUS_OK && st2 == SBN_STATUS_OK && e1[0] == 1.0 && !memcmp(e1, e2, sizeof e1),
+         "exact sum: custom %.17g %.17g threads %.17g %.17g", e1[0], e1[1], e2[0], e2[1]);
   st = sbn_group_allreduce(cg, f, 2, SBN_DTYPE_FLOAT32, SBN_REDUCE_OP_SUM);
   EXPECT(st == SBN_STATUS_OK && f[0] == P * (P - 1) / 2 && f[1] == P, "allreduce f32: %g %g", f[0], f[1]);
   st = sbn_group_broadcast(cg, bc, sizeof bc, 1);
@@ -489,15 +502,19 @@ int main(void) {
   for (int r = 0; r < P; r++) pthread_join(t[r], NULL);
   sbn_team_destroy(team);
   engine_release(world_engine); /* main's reference */
-  /* Both engines sum the float64 partials in rank order, so the results are
-   * expected bitwise equal; the tolerance allows a threads backend with a
-   * different (e.g. exact) summation: 1e-6 relative is float32 rounding
-   * of outputs whose statistics differ by ~1e-16. */
-  const double tol = 1e-6;
+  /* The custom group sums the layer's payloads exactly (all-gather through
+   * the engine's sum, then the exact merge the threads backend uses), so the
+   * results must be bitwise those of the threads backend although the test
+   * engine adds in a different order. */
+  const double tol = 0;
   static const char *names[6] = {"y", "dx", "grad_weight", "grad_bias", "running_mean", "running_var"};
   printf("custom vs threads, 24 configurations x %d ranks (max |a-b|/(1+|b|)):\n", P);
   for (int k = 0; k < 6; k++) failures += check(names[k], worst[k], tol);
   printf("bitwise equal: %ld of %ld compared arrays\n", bitwise_equal, compared);
+  if (bitwise_equal != compared) {
+    printf("FAIL: not bitwise equal to the threads backend\n");
+    failures++;
+  }
   if (compared < 24 * P * 6) {
     printf("FAIL: only %ld arrays compared\n", compared);
     failures++;
