@@ -15,8 +15,9 @@ EXTRA_TEST_CMDS += 'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_module.py' \
                    'cmd:tests/python/test_install.sh $(BUILD)'
 
 .PHONY: python-install
-python-install: $(BUILD)/libsyncbn.so
+python-install: deps-build
 	@scripts/deps.sh $(DEPS_PYTHON)
+	@$(MAKE) --no-print-directory $(BUILD)/libsyncbn.so
 	@[ -x $(VENV)/bin/python ] || $(PYTHON) -m venv --system-site-packages $(VENV)
 	@rm -rf $(BUILD)/python-pkg && cp -r python $(BUILD)/python-pkg
 	SYNCBN_LIBRARY=$(abspath $(BUILD)/libsyncbn.so) $(VENV)/bin/python -m pip install -q \

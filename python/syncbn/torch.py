@@ -37,11 +37,12 @@ __all__ = ["SyncBatchNorm", "BatchNormXd", "convert_sync_batchnorm", "revert_syn
 _DTYPES = {torch.float32: _lib.DTYPE_FLOAT32, torch.bfloat16: _lib.DTYPE_BFLOAT16,
            torch.float16: _lib.DTYPE_FLOAT16, torch.float64: _lib.DTYPE_FLOAT64}
 _threads_set = [None]
+_THREADS_FROM_ENV = bool(os.environ.get("SYNCBN_NUM_THREADS"))  # the library reads it once too
 
 
 def _sync_threads():
     """Kernel threads follow torch.get_num_threads() unless SYNCBN_NUM_THREADS is set."""
-    if os.environ.get("SYNCBN_NUM_THREADS"):
+    if _THREADS_FROM_ENV:
         return
     t = torch.get_num_threads()
     if _threads_set[0] != t:

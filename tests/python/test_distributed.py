@@ -180,6 +180,14 @@ def misuse(rank, P):
         res["after"] = "ok"
     except syncbn.SyncBNError as e:
         res["after"] = str(e)
+    try:  # every rank empty: success, nothing observed
+        x = torch.randn(0, 4, 2, requires_grad=True)
+        rm = m.running_mean.clone()
+        m(x).sum().backward()
+        res["all_empty"] = "ok" if torch.equal(rm, m.running_mean) and int(m.num_batches_tracked) == 1 \
+            else "state changed: nbt %d" % int(m.num_batches_tracked)
+    except syncbn.SyncBNError as e:
+        res["all_empty"] = str(e)
     return res
 
 
@@ -316,6 +324,8 @@ def run(P):
            mm[0]["local"][0] == "SBN_STATUS_INVALID_ARGUMENT" and
            all(m["local"][0] == "SBN_STATUS_PEER_FAILED" for m in mm[1:]))
     expect("  the group works afterwards", all(m["after"] == "ok" for m in mm), str([m["after"] for m in mm]))
+    expect("  every rank empty: success, running stats and num_batches_tracked untouched",
+           all(m["all_empty"] == "ok" for m in mm), str([m["all_empty"] for m in mm]))
 
 
 if __name__ == "__main__":
