@@ -11,20 +11,6 @@
 
 enum { C = 3 };
 
-typedef struct snapshot {
-  float rm[C], rv[C], gw[C], gb[C];
-  int64_t nbt;
-} snapshot;
-
-static void snap(sbn_bn *bn, snapshot *s) {
-  sbn_tensor v;
-  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_MEAN), memcpy(s->rm, v.data, sizeof s->rm);
-  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_VAR), memcpy(s->rv, v.data, sizeof s->rv);
-  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_WEIGHT), memcpy(s->gw, v.data, sizeof s->gw);
-  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_BIAS), memcpy(s->gb, v.data, sizeof s->gb);
-  sbn_bn_get_num_batches_tracked(bn, &s->nbt);
-}
-
 typedef struct shared {
   int failures[4];
   sbn_status count_one[4];
@@ -52,8 +38,8 @@ static int rank_main(sbn_group *world, void *arg) {
                dx = rank_tensor(&d, d.dx);
     CHECK_OK(sbn_bn_forward(bn, &y, &x));
     CHECK_OK(sbn_bn_backward(bn, &dx, &dy, &x));
-    snapshot before, after;
-    snap(bn, &before);
+    bn_snapshot before, after;
+    bn_snap(bn, &before);
 
     /* every rank empty; data pointers NULL as an empty tensor may have */
     int64_t eshape[4] = {0, C, 3, 2};
@@ -69,7 +55,7 @@ static int rank_main(sbn_group *world, void *arg) {
       printf("rank %d: empty backward: %s: %s (expected OK)\n", rank, sbn_status_name(st), sbn_last_error());
       ++*fail;
     }
-    snap(bn, &after);
+    bn_snap(bn, &after);
     if (memcmp(&before, &after, sizeof before)) {
       printf("rank %d: state changed by an empty batch: nbt %lld -> %lld, rm[0] %g -> %g, rv[0] %g -> %g, "
              "gw[0] %g -> %g\n",
@@ -82,7 +68,7 @@ static int rank_main(sbn_group *world, void *arg) {
     }
     /* a normal step afterwards still trains */
     CHECK_OK(sbn_bn_forward(bn, &y, &x));
-    snap(bn, &after);
+    bn_snap(bn, &after);
     if (after.nbt != before.nbt + 1) {
       printf("rank %d: nbt %lld after the next real step (expected %lld)\n", rank, (long long)after.nbt,
              (long long)before.nbt + 1);
@@ -94,10 +80,10 @@ static int rank_main(sbn_group *world, void *arg) {
       float v1[C] = {1, 2, 3}, o1[C];
       sbn_tensor x1 = sbn_tensor_cpu(v1, 2, one, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
       sbn_tensor y1 = sbn_tensor_cpu(o1, 2, one, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
-      snap(bn, &before);
+      bn_snap(bn, &before);
       sh->count_one[rank] = sbn_bn_forward(bn, &y1, &x1);
       snprintf(sh->count_one_msg[rank], sizeof sh->count_one_msg[rank], "%s", sbn_last_error());
-      snap(bn, &after);
+      bn_snap(bn, &after);
       if (memcmp(&before, &after, sizeof before)) {
         printf("rank %d: state changed by a failed count-1 forward\n", rank);
         ++*fail;

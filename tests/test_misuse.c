@@ -45,20 +45,6 @@ typedef struct result {
 static result results[SC_COUNT_][P];
 static scenario current;
 
-typedef struct snapshot {
-  float rm[C], rv[C], gw[C], gb[C];
-  int64_t nbt;
-} snapshot;
-
-static void snap(sbn_bn *bn, snapshot *s) {
-  sbn_tensor v;
-  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_MEAN), memcpy(s->rm, v.data, sizeof s->rm);
-  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_VAR), memcpy(s->rv, v.data, sizeof s->rv);
-  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_WEIGHT), memcpy(s->gw, v.data, sizeof s->gw);
-  sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_BIAS), memcpy(s->gb, v.data, sizeof s->gb);
-  sbn_bn_get_num_batches_tracked(bn, &s->nbt);
-}
-
 static int rank_main(sbn_group *world, void *arg) {
   (void)arg;
   const int rank = sbn_group_rank(world);
@@ -82,8 +68,8 @@ static int rank_main(sbn_group *world, void *arg) {
     CHECK_OK(sbn_bn_forward(bn, &y, &x));
     CHECK_OK(sbn_bn_backward(bn, &dx, &dy, &x));
   }
-  snapshot before, after;
-  snap(bn, &before);
+  bn_snapshot before, after;
+  bn_snap(bn, &before);
 
   /* the misuse */
   sbn_tensor bx = x, by = y;
@@ -122,7 +108,7 @@ static int rank_main(sbn_group *world, void *arg) {
     res->st = sbn_bn_forward(target, &by, px);
   }
   snprintf(res->msg, sizeof res->msg, "%s", sbn_last_error());
-  snap(bn, &after);
+  bn_snap(bn, &after);
   res->state_changed = memcmp(&before, &after, sizeof before) != 0;
   /* the group must still work after an agreed error (not after a timeout) */
   if (sc != SC_TIMEOUT && sc != SC_LAYER_C) {

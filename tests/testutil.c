@@ -194,3 +194,16 @@ int check(const char *name, double err, double tol) {
   printf("  %-44s max err %.3e (tol %.1e) %s\n", name, err, tol, bad ? "FAIL" : "ok");
   return bad;
 }
+
+void bn_snap(sbn_bn *bn, bn_snapshot *s) {
+  memset(s, 0, sizeof *s);
+  sbn_bn_options o;
+  if (sbn_bn_get_options(bn, &o) != SBN_STATUS_OK) return;
+  size_t bytes = sizeof(float) * (size_t)(o.num_features < BN_SNAPSHOT_MAX_C ? o.num_features : BN_SNAPSHOT_MAX_C);
+  sbn_tensor v;
+  if (sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_MEAN) == SBN_STATUS_OK) memcpy(s->rm, v.data, bytes);
+  if (sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_VAR) == SBN_STATUS_OK) memcpy(s->rv, v.data, bytes);
+  if (sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_WEIGHT) == SBN_STATUS_OK) memcpy(s->gw, v.data, bytes);
+  if (sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_BIAS) == SBN_STATUS_OK) memcpy(s->gb, v.data, bytes);
+  sbn_bn_get_num_batches_tracked(bn, &s->nbt);
+}

@@ -70,6 +70,16 @@ double y_err(const float *y, const double *ref, int64_t n);
 /* Print "name: max err E (tol T) ok|FAIL" and return 1 on failure. */
 int check(const char *name, double err, double tol);
 
+/* ---- layer state ---- */
+/* A layer's per-channel state and num_batches_tracked (C <= BN_SNAPSHOT_MAX_C),
+ * zero-padded so that memcmp of two snapshots shows whether a call changed it. */
+enum { BN_SNAPSHOT_MAX_C = 8 };
+typedef struct bn_snapshot {
+  float rm[BN_SNAPSHOT_MAX_C], rv[BN_SNAPSHOT_MAX_C], gw[BN_SNAPSHOT_MAX_C], gb[BN_SNAPSHOT_MAX_C];
+  int64_t nbt;
+} bn_snapshot;
+void bn_snap(sbn_bn *bn, bn_snapshot *s);
+
 #define CHECK_OK(call)                                                                  \
   do {                                                                                  \
     sbn_status st_ = (call);                                                            \
