@@ -2,7 +2,7 @@
 #ifndef SBN_TENSOR_H
 #define SBN_TENSOR_H
 
-#include "../cpu/bn_kernels.h"
+#include "geom.h"
 #include "syncbn.h"
 
 const char *sbn_dtype_name(sbn_dtype dtype);

@@ -14,13 +14,8 @@
 #include <stdint.h>
 
 #include "syncbn.h"
+#include "../core/geom.h"
 
-/* A (N, C, S) view of an input: S is the product of the spatial dims. */
-typedef struct sbn_geom {
-  int64_t n, c, s;
-  sbn_layout layout;
-  sbn_dtype dtype; /* FLOAT32, BFLOAT16 or FLOAT16 */
-} sbn_geom;
 
 /* Per-layer scratch for the partial sums of the reduction passes. It grows
  * on the first call with a larger shape and is then reused: the steady state
