@@ -51,6 +51,13 @@ typedef struct sbn_comm_ops {
   /* Collective over g; *out = NULL and SBN_STATUS_NOT_MEMBER for color < 0. */
   sbn_status (*split)(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig);
   void (*destroy)(sbn_group *g);
+  /* Optional (NULL for host-only backends): the same sum as allreduce, of
+   * `count` FLOAT64 values in device memory, enqueued on `stream` (a
+   * cudaStream_t) without waiting for the host, so that a layer's step can
+   * be captured in a CUDA graph. Layers on a device whose group lacks it
+   * stage the values through host memory instead. */
+  sbn_status (*allreduce_device)(sbn_group *g, void *buf, size_t count, sbn_dtype dtype,
+                                 const sbn_sig *sig, void *stream);
 } sbn_comm_ops;
 
 /* The handle: generic part + backend state. */
