@@ -623,7 +623,7 @@ static void mpi_destroy(sbn_group *g) {
 }
 
 static const sbn_comm_ops mpi_ops = {
-    "mpi", mpi_allreduce, mpi_broadcast, mpi_barrier, mpi_split, mpi_destroy,
+    "mpi", mpi_allreduce, mpi_broadcast, mpi_barrier, mpi_split, mpi_destroy, NULL,
 };
 
 sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm_p, size_t comm_size) {

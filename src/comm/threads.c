@@ -346,7 +346,7 @@ static void threads_destroy(sbn_group *g) {
 }
 
 static const sbn_comm_ops threads_ops = {
-    "threads", threads_allreduce, threads_broadcast, threads_barrier, threads_split, threads_destroy,
+    "threads", threads_allreduce, threads_broadcast, threads_barrier, threads_split, threads_destroy, NULL,
 };
 
 /* ---- the team ---- */
