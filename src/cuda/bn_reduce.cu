@@ -1,0 +1,284 @@
+/* The reduction passes on the GPU: statistics (forward pass 1) and backward
+ * reduce (backward pass 1), and the workspace of their partial sums.
+ *
+ * Each pass is two kernels on the caller's stream:
+ *  1. a grid of tiles (kern_common.cuh) — per channel and tile one pair of
+ *     float64 partial sums, written to the workspace (no atomics);
+ *  2. a merge: one warp per channel adds that channel's tile partials, lane
+ *     l taking tiles l, l + 32, ... in order and the 32 lanes combined by a
+ *     fixed butterfly. Every addition happens in an order fixed by the shape,
+ *     so the same input gives the same bits on every run.
+ *
+ * Numerics. Statistics accumulate shifted values d = x - k, where the shift
+ * k is a value of the channel (its first one, as the CPU kernels do): every
+ * tile of a channel uses the same k, so tile partials merge by plain
+ * addition, and mean = k + sum(d)/n, M2 = sum(d^2) - sum(d)^2/n stay free
+ * of cancellation when |mean| >> std (d is of the order of the standard
+ * deviation). All of it is float64, per value too: x is widened exactly,
+ * x - k is exact (two floats), and each value costs one conversion and two
+ * or three float64 operations. That fits the memory-bound budget of the
+ * GPUs this targets (H100: 64 float64 FMA and 16 conversions per SM and
+ * clock against ~7 bfloat16 values per SM and clock of DRAM bandwidth;
+ * A100: 32 and 16 against ~6.5), and it makes the sums exact up to float64
+ * rounding — n 2^-53 of the summed magnitudes at worst — where float32
+ * partials would leave errors of order 2^-24 (1 + z^2) for a shift z
+ * standard deviations from the mean, too close to a float32 result's own
+ * rounding on small batches. Backward reduce sums dy and dy * (x - mean)
+ * the same way (x - mean in float64, with the float64 mean). */
+#include "kern_common.cuh"
+
+using namespace sbn_cuda;
+
+namespace {
+
+/* Fixed-order reduction of two doubles over the block; the result is in
+ * thread 0. */
+__device__ __forceinline__ void block_sum2(double &a, double &b) {
+  __shared__ double sh[WARPS][2];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sh[w][0] = a, sh[w][1] = b;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    a = sh[0][0], b = sh[0][1];
+#pragma unroll
+    for (int i = 1; i < WARPS; i++) a += sh[i][0], b += sh[i][1];
+  }
+}
+
+/* Add one value to the float64 sums.
+ * Statistics (BWD false): s += x - k, q += (x - k)^2 with k the shift.
+ * Backward (BWD true):    s += dy,    q += dy * (x - k) with k the mean.
+ * A value that is not there (valid false) adds exactly 0. Explicit
+ * roundings: the same operations in every instantiation. */
+template <bool BWD>
+__device__ __forceinline__ void add_value(float v, float w, bool valid, double k, double &s, double &q) {
+  if (BWD) {
+    const double g = valid ? (double)w : 0.0;
+    s = __dadd_rn(s, g);
+    q = __fma_rn(g, __dsub_rn((double)v, k), q);
+  } else {
+    const double d = valid ? __dsub_rn((double)v, k) : 0.0;
+    s = __dadd_rn(s, d);
+    q = __fma_rn(d, d, q);
+  }
+}
+
+/* Channels-first: block = (channel c, tile j of the channel's N rows). */
+template <class D, int V, bool BWD>
+__global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict__ x,
+                                                const typename D::S *__restrict__ dy,
+                                                const double *__restrict__ mean, int64_t C, cf_plan p,
+                                                double *__restrict__ part) {
+  const int64_t c = blockIdx.x / p.ntiles, j = blockIdx.x - c * p.ntiles;
+  const int64_t S = p.s;
+  /* the shift (the channel's first value) or the mean */
+  const double k = BWD ? mean[c] : (double)D::ld(x[c * S]);
+  const cf_tile t = cf_tile_of(p, j);
+  const uint32_t ng = t.nr * t.gs;
+  double as = 0.0, aq = 0.0;
+  for (uint32_t g = threadIdx.x; g < ng; g += NT) {
+    const cf_group q8 = cf_group_of(p, t, g);
+    const int64_t base = ((t.row0 + q8.r) * C + c) * S + q8.off;
+    float v[8], w[8] = {};
+    load_group<D, V>(x + base, q8.len, v);
+    if (BWD) load_group<D, V>(dy + base, q8.len, w);
+#pragma unroll
+    for (int i = 0; i < 8; i++) add_value<BWD>(v[i], w[i], i < q8.len, k, as, aq);
+  }
+  block_sum2(as, aq);
+  if (threadIdx.x == 0) {
+    part[2 * blockIdx.x] = as; /* = 2 * (c * ntiles + j) */
+    part[2 * blockIdx.x + 1] = aq;
+  }
+}
+
+/* Rows of C channels: block = (row tile, channel block); thread (tx, ty)
+ * sums channels [c0, c0 + 8) over rows ty, ty + TY, ... of the tile (GPT
+ * rows), then the block adds the TY threads of each tx in a fixed
+ * butterfly (within a warp) and in warp order (across warps). Partials:
+ * part[(2 * row_tile + {0, 1}) * C + c]. */
+template <class D, int V, bool BWD>
+__global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict__ x,
+                                                const typename D::S *__restrict__ dy,
+                                                const double *__restrict__ mean, cl_plan p,
+                                                double *__restrict__ part) {
+  constexpr int GPT = Gpt<D>::value;
+  __shared__ double sh[WARPS][MAX_TX][16];
+  const int64_t C = p.c;
+  const cl_tile t = cl_tile_of(p, blockIdx.x);
+  const int tx = threadIdx.x & (p.tx - 1), ty = threadIdx.x / p.tx;
+  const int64_t c0 = cl_c0(p, t, tx);
+  const int clen = cl_clen(p, c0);
+  double k[8], a[16]; /* k: shifts or means; a: sums (0..7) and second sums (8..15) */
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    k[i] = 0.0, a[i] = 0.0, a[8 + i] = 0.0;
+    if (i < clen) k[i] = BWD ? mean[c0 + i] : (double)D::ld(x[c0 + i]); /* shift: the channel's value in row 0 */
+  }
+  if (clen > 0) {
+#pragma unroll
+    for (int kk = 0; kk < GPT; kk++) {
+      const int64_t r = cl_row(p, t, ty, kk);
+      if (r < p.rows) {
+        float v[8], w[8] = {};
+        load_group<D, V>(x + r * C + c0, clen, v);
+        if (BWD) load_group<D, V>(dy + r * C + c0, clen, w);
+#pragma unroll
+        for (int i = 0; i < 8; i++) add_value<BWD>(v[i], w[i], i < clen, k[i], a[i], a[8 + i]);
+      }
+    }
+  }
+  /* lanes with the same tx differ in the bits >= log2(tx) */
+  for (int o = 16; o >= p.tx; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < 16; i++) a[i] += __shfl_xor_sync(0xffffffffu, a[i], o);
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane < p.tx)
+#pragma unroll
+    for (int i = 0; i < 16; i++) sh[w][lane][i] = a[i];
+  __syncthreads();
+  if (threadIdx.x < 16 * p.tx) {
+    const int ttx = threadIdx.x / 16, comp = threadIdx.x % 16;
+    double sum = sh[0][ttx][comp];
+#pragma unroll
+    for (int i = 1; i < WARPS; i++) sum += sh[i][ttx][comp];
+    const int64_t c = cl_c0(p, t, ttx) + comp % 8;
+    if (c < C) part[(2 * t.rti + comp / 8) * C + c] = sum;
+  }
+}
+
+/* Merge: warp per channel; the tile partials of channel c are
+ * part[j * sj + c * sc] and part[j * sj + c * sc + oq], j < ntiles.
+ * Statistics: out1 = n * mean, out2 = M2 + n * mean^2, *count = n (see the
+ * file comment; the shift is read again from x, at x[c * ks]). Backward:
+ * out1, out2 = the sums. */
+template <class D, bool STATS>
+__global__ void __launch_bounds__(NT) merge(const double *__restrict__ part, int64_t C, int64_t ntiles,
+                                            int64_t sj, int64_t sc, int64_t oq,
+                                            const typename D::S *__restrict__ x, int64_t ks, double n,
+                                            double *__restrict__ out1, double *__restrict__ out2,
+                                            double *__restrict__ count) {
+  const int64_t c = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (STATS && blockIdx.x == 0 && threadIdx.x == 0) *count = n;
+  if (c >= C) return; /* whole warps */
+  double s = 0.0, q = 0.0;
+  for (int64_t j = lane; j < ntiles; j += 32) {
+    const double *pp = part + j * sj + c * sc;
+    s += pp[0];
+    q += pp[oq];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+    q += __shfl_xor_sync(0xffffffffu, q, o);
+  }
+  if (lane != 0) return;
+  if (STATS) {
+    const double k = (double)D::ld(x[c * ks]);
+    const double mean = k + s / n;
+    double m2 = q - s * s / n; /* >= 0 up to rounding */
+    if (m2 < 0.0) m2 = 0.0;
+    out1[c] = n * mean;
+    out2[c] = m2 + n * mean * mean;
+  } else {
+    out1[c] = s;
+    out2[c] = q;
+  }
+}
+
+__global__ void zero_sums(double *a, double *b, double *count, int64_t C) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < C; i += stride) a[i] = 0.0, b[i] = 0.0;
+  if (count && blockIdx.x == 0 && threadIdx.x == 0) *count = 0.0;
+}
+
+int launch_zero(cudaStream_t st, double *a, double *b, double *count, int64_t C) {
+  int64_t blocks = (C + NT - 1) / NT;
+  if (blocks < 1) blocks = 1;
+  if (blocks > 1024) blocks = 1024;
+  zero_sums<<<(unsigned)blocks, NT, 0, st>>>(a, b, count, C);
+  return launch_status();
+}
+
+/* Both reduction passes: the tiles, then the merge. */
+template <bool BWD>
+int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, double *count,
+                const void *x, const void *dy, const double *mean, sbn_geom g) {
+  if (!geom_ok(g) || (g.c > 0 && (!out1 || !out2)) || (!BWD && !count)) return (int)cudaErrorInvalidValue;
+  if (g.n == 0 || g.c == 0 || g.s == 0) return launch_zero(st, out1, out2, count, g.c);
+  if (!ws || !x || (BWD && (!dy || !mean))) return (int)cudaErrorInvalidValue;
+  const int64_t C = g.c, tiles = reduce_tiles_per_channel(g);
+  /* the workspace must have been reserved for this shape; grids are 1-D */
+  if (!ws->part || (size_t)(2 * C * tiles) * sizeof(double) > ws->cap || C * tiles > INT32_MAX)
+    return (int)cudaErrorInvalidValue;
+  double *part = (double *)ws->part;
+  const double n = (double)(g.n * g.s);
+  const unsigned merge_blocks = (unsigned)((C + WARPS - 1) / WARPS);
+  if (rows_layout(g)) {
+    const cl_plan p = cl_make(g.n * g.s, C, gpt_of(g.dtype));
+    const int v = vec_width(g.dtype, C, x, BWD ? dy : x, x);
+    return dispatch(g.dtype, v, [&](auto d, auto vc) {
+      typedef decltype(d) D;
+      typedef typename D::S S;
+      reduce_cl<D, decltype(vc)::value, BWD>
+          <<<(unsigned)p.ntiles, NT, 0, st>>>((const S *)x, (const S *)dy, mean, p, part);
+      merge<D, !BWD><<<merge_blocks, NT, 0, st>>>(part, C, p.nrt, 2 * C, 1, C, (const S *)x, 1, n, out1,
+                                                   out2, count);
+      return launch_status();
+    });
+  }
+  const cf_plan p = cf_make(g.n, g.s, (int64_t)NT * gpt_of(g.dtype), INT64_MAX);
+  const int v = vec_width(g.dtype, g.s, x, BWD ? dy : x, x);
+  return dispatch(g.dtype, v, [&](auto d, auto vc) {
+    typedef decltype(d) D;
+    typedef typename D::S S;
+    reduce_cf<D, decltype(vc)::value, BWD>
+        <<<(unsigned)(C * p.ntiles), NT, 0, st>>>((const S *)x, (const S *)dy, mean, C, p, part);
+    merge<D, !BWD><<<merge_blocks, NT, 0, st>>>(part, C, p.ntiles, 2, 2 * p.ntiles, 1, (const S *)x, g.s,
+                                                 n, out1, out2, count);
+    return launch_status();
+  });
+}
+
+} /* namespace */
+
+extern "C" int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g) {
+  if (!ws || !geom_ok(g)) return (int)cudaErrorInvalidValue;
+  if (g.n == 0 || g.c == 0 || g.s == 0) return 0;
+  const size_t need = (size_t)(2 * g.c * reduce_tiles_per_channel(g)) * sizeof(double);
+  if (need <= ws->cap && ws->part) return 0;
+  void *p = NULL;
+  const cudaError_t e = cudaMalloc(&p, need);
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* not sticky: clear it */
+    return (int)e;
+  }
+  if (ws->part) cudaFree(ws->part);
+  ws->part = p;
+  ws->cap = need;
+  return 0;
+}
+
+extern "C" void sbn_cuda_ws_free(sbn_cuda_ws *ws) {
+  if (!ws) return;
+  if (ws->part) cudaFree(ws->part);
+  ws->part = NULL;
+  ws->cap = 0;
+}
+
+extern "C" int sbn_cuda_stats(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum, double *sumsq,
+                              double *count, const void *x, sbn_geom g) {
+  return reduce_pass<false>(ws, (cudaStream_t)stream, sum, sumsq, count, x, NULL, NULL, g);
+}
+
+extern "C" int sbn_cuda_backward_reduce(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum_dy,
+                                        double *sum_dy_xmu, const void *dy, const void *x, sbn_geom g,
+                                        const double *mean) {
+  return reduce_pass<true>(ws, (cudaStream_t)stream, sum_dy, sum_dy_xmu, NULL, x, dy, mean, g);
+}

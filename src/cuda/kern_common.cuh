@@ -1,0 +1,325 @@
+/* Internal: what the CUDA kernels of the four passes share — storage types,
+ * loads and stores of groups of 8 values, the work plans (tiles) of both
+ * layouts, fixed-order block reductions, and the host-side dispatch on
+ * (dtype, vector width).
+ *
+ * Work units. Every thread works on GROUPS of 8 consecutive values of one
+ * row: channels-first, 8 positions of one (n, c) plane row (a group never
+ * crosses a row); channels-last (and any input with S = 1), 8 consecutive
+ * channels of one row of C. A group is loaded with 16-, 8-, 4- or 2-byte
+ * vector loads when the row length and the pointers allow it (vec_width),
+ * else value by value; either way its 8 values are then combined in the
+ * same fixed order, so the bits of every result depend only on the shape,
+ * never on the vector width, the pointers' alignment or the scheduling.
+ *
+ * Tiles (one thread block each, NT threads) depend only on the shape and
+ * the dtype:
+ *  - channels-first (cf_plan): rows of S values (the N rows of one channel
+ *    for the reductions, all N*C rows for the elementwise passes), a tile
+ *    being a run of whole rows, or a segment of one long row, of about
+ *    NT * GPT groups;
+ *  - rows of C channels (cl_plan): a tile is RT rows x CBW channels; thread
+ *    (tx, ty) owns channels [8 tx, 8 tx + 8) of the tile and rows ty,
+ *    ty + TY, ... (GPT rows). TX <= 8 keeps CBW <= 64, so each tile's
+ *    partial sums cost at most 1/32 of the bytes it reads (2 doubles per
+ *    channel per RT >= 32 rows x GPT).
+ * GPT (groups per thread) is 4 for float32 and 8 for 16-bit storage: a
+ * tile reads about 32 KiB. */
+#ifndef SBN_CUDA_KERN_COMMON_CUH
+#define SBN_CUDA_KERN_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "bn_kernels_cuda.h"
+
+namespace sbn_cuda {
+
+constexpr int NT = 256;           /* threads per block */
+constexpr int WARPS = NT / 32;
+constexpr int MAX_TX = 8;         /* rows layout: at most 8 x 8 = 64 channels per tile */
+constexpr int64_t MAX_RPT_ELEMT = 256; /* channels-first elementwise: rows per tile (coefficient table) */
+
+/* ---- storage types: bits in memory, float32 in registers ---- */
+
+struct DF32 {
+  typedef float S;
+  __device__ static __forceinline__ float ld(S v) { return v; }
+  __device__ static __forceinline__ S st(float f) { return f; }
+};
+struct DBF16 { /* bfloat16 widens exactly by a shift; narrowing rounds to nearest even */
+  typedef uint16_t S;
+  __device__ static __forceinline__ float ld(S v) { return __uint_as_float((uint32_t)v << 16); }
+  __device__ static __forceinline__ S st(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+};
+struct DF16 {
+  typedef uint16_t S;
+  __device__ static __forceinline__ float ld(S v) { return __half2float(__ushort_as_half(v)); }
+  __device__ static __forceinline__ S st(float f) { return __half_as_ushort(__float2half_rn(f)); }
+};
+
+/* groups per thread (see the header comment) */
+template <class D> struct Gpt { static constexpr int value = sizeof(typename D::S) == 4 ? 4 : 8; };
+static inline int gpt_of(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 8; }
+static inline int dtype_size(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 2; }
+
+/* ---- groups of 8 values ---- */
+
+template <int BYTES> struct VecT;
+template <> struct VecT<2> { typedef uint16_t type; };
+template <> struct VecT<4> { typedef uint32_t type; };
+template <> struct VecT<8> { typedef uint2 type; };
+template <> struct VecT<16> { typedef uint4 type; };
+
+/* 8 values from p (aligned to V values), V per load. */
+template <class D, int V>
+__device__ __forceinline__ void load8(const typename D::S *p, float v[8]) {
+  typedef typename D::S S;
+  typedef typename VecT<V * sizeof(S)>::type W;
+  static_assert(V >= 1 && V <= 8 && V * sizeof(S) <= 16, "vector width");
+#pragma unroll
+  for (int k = 0; k < 8; k += V) {
+    union {
+      W w;
+      S e[V];
+    } u;
+    u.w = *reinterpret_cast<const W *>(p + k);
+#pragma unroll
+    for (int i = 0; i < V; i++) v[k + i] = D::ld(u.e[i]);
+  }
+}
+template <class D, int V>
+__device__ __forceinline__ void store8(typename D::S *p, const float v[8]) {
+  typedef typename D::S S;
+  typedef typename VecT<V * sizeof(S)>::type W;
+#pragma unroll
+  for (int k = 0; k < 8; k += V) {
+    union {
+      W w;
+      S e[V];
+    } u;
+#pragma unroll
+    for (int i = 0; i < V; i++) u.e[i] = D::st(v[k + i]);
+    *reinterpret_cast<W *>(p + k) = u.w;
+  }
+}
+
+/* A group of len (1..8) values; the missing ones read as 0. Only a full
+ * group is loaded with vectors (its start is then aligned: see vec_width). */
+template <class D, int V>
+__device__ __forceinline__ void load_group(const typename D::S *p, int len, float v[8]) {
+  if (len == 8) {
+    load8<D, V>(p, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = i < len ? D::ld(p[i]) : 0.0f;
+  }
+}
+template <class D, int V>
+__device__ __forceinline__ void store_group(typename D::S *p, int len, const float v[8]) {
+  if (len == 8) {
+    store8<D, V>(p, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      if (i < len) p[i] = D::st(v[i]);
+  }
+}
+
+/* Arithmetic with explicit rounding: the compiler never contracts or
+ * reorders these, so every instantiation (vector width, layout) performs the
+ * same operations and gives the same bits. */
+__device__ __forceinline__ float fadd(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float fsub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float fmul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float ffma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+
+/* The sum of 8 values in a fixed tree. */
+__device__ __forceinline__ float tree8(const float a[8]) {
+  return fadd(fadd(fadd(a[0], a[1]), fadd(a[2], a[3])), fadd(fadd(a[4], a[5]), fadd(a[6], a[7])));
+}
+
+/* ---- plans ---- */
+
+/* Channels-first: `rows` rows of s values, each row cut into groups of 8
+ * (the last one shorter when 8 does not divide s). A tile is rpt whole rows
+ * (short rows) or one segment of sg groups of one row (long rows). */
+struct cf_plan {
+  int64_t rows, s;
+  int64_t gpr;   /* groups per row */
+  int64_t rpt;   /* rows per tile */
+  int64_t nseg;  /* segments per row (1 when rpt >= 1 whole rows fit) */
+  int64_t sg;    /* groups per segment */
+  int64_t ntiles;
+};
+
+static inline cf_plan cf_make(int64_t rows, int64_t s, int64_t tile_groups, int64_t max_rpt) {
+  cf_plan p;
+  p.rows = rows, p.s = s;
+  p.gpr = (s + 7) / 8;
+  if (p.gpr <= tile_groups) {
+    p.nseg = 1, p.sg = p.gpr;
+    p.rpt = tile_groups / p.gpr;
+    if (p.rpt > max_rpt) p.rpt = max_rpt;
+    if (p.rpt < 1) p.rpt = 1;
+  } else {
+    p.rpt = 1;
+    p.nseg = (p.gpr + tile_groups - 1) / tile_groups;
+    p.sg = (p.gpr + p.nseg - 1) / p.nseg;
+    p.nseg = (p.gpr + p.sg - 1) / p.sg;
+  }
+  p.ntiles = (rows + p.rpt - 1) / p.rpt * p.nseg;
+  return p;
+}
+
+/* Tile j of a cf_plan: rows [row0, row0 + nr), groups [g0, g0 + gs) of each
+ * row. nr * gs <= NT * GPT, so tile-local group indices fit 32 bits. */
+struct cf_tile {
+  int64_t row0, g0;
+  uint32_t nr, gs;
+};
+__host__ __device__ __forceinline__ cf_tile cf_tile_of(const cf_plan &p, int64_t j) {
+  cf_tile t;
+  const int64_t rb = j / p.nseg, si = j - rb * p.nseg;
+  t.row0 = rb * p.rpt;
+  const int64_t nr = p.rows - t.row0;
+  t.nr = (uint32_t)(nr < p.rpt ? nr : p.rpt);
+  t.g0 = si * p.sg;
+  const int64_t gs = p.gpr - t.g0;
+  t.gs = (uint32_t)(gs < p.sg ? gs : p.sg);
+  return t;
+}
+
+/* Group g (< nr * gs) of a tile: tile row r (its row is row0 + r), first
+ * value off within the row (a multiple of 8), len values (1..8). */
+struct cf_group {
+  uint32_t r;
+  int64_t off;
+  int len;
+};
+__host__ __device__ __forceinline__ cf_group cf_group_of(const cf_plan &p, const cf_tile &t, uint32_t g) {
+  cf_group q;
+  q.r = g / t.gs;
+  q.off = (t.g0 + (g - q.r * t.gs)) * 8;
+  q.len = p.s - q.off < 8 ? (int)(p.s - q.off) : 8;
+  return q;
+}
+
+/* Rows of C channels (channels-last, or S = 1). */
+struct cl_plan {
+  int64_t rows, c;
+  int tx, ty;   /* threads across channel groups (power of 2, <= MAX_TX) and across rows */
+  int64_t cbw;  /* channels per tile = 8 tx */
+  int64_t ncb;  /* channel blocks */
+  int64_t rt;   /* rows per tile = ty * GPT */
+  int64_t nrt;  /* row tiles */
+  int64_t ntiles;
+};
+
+static inline cl_plan cl_make(int64_t rows, int64_t c, int gpt) {
+  cl_plan p;
+  p.rows = rows, p.c = c;
+  const int64_t groups = (c + 7) / 8;
+  p.tx = 1;
+  while (p.tx < MAX_TX && p.tx < groups) p.tx *= 2;
+  p.ty = NT / p.tx;
+  p.cbw = 8 * (int64_t)p.tx;
+  p.ncb = (c + p.cbw - 1) / p.cbw;
+  p.rt = (int64_t)p.ty * gpt;
+  p.nrt = (rows + p.rt - 1) / p.rt;
+  p.ntiles = p.nrt * p.ncb;
+  return p;
+}
+
+/* Block b of a cl_plan: row tile rti (rows [rti * rt, ...)), channel block
+ * cb (channels [cb * cbw, ...)). Thread (tx, ty) = (t % tx, t / tx) owns
+ * channels [c0, c0 + clen) (clen 0..8) and rows cl_row(.., k), k < GPT,
+ * those below `rows`. */
+struct cl_tile {
+  int64_t rti, cb;
+};
+__host__ __device__ __forceinline__ cl_tile cl_tile_of(const cl_plan &p, int64_t b) {
+  cl_tile t;
+  t.rti = b / p.ncb;
+  t.cb = b - t.rti * p.ncb;
+  return t;
+}
+__host__ __device__ __forceinline__ int64_t cl_c0(const cl_plan &p, const cl_tile &t, int tx) {
+  return t.cb * p.cbw + 8 * (int64_t)tx;
+}
+__host__ __device__ __forceinline__ int cl_clen(const cl_plan &p, int64_t c0) {
+  return p.c - c0 >= 8 ? 8 : p.c - c0 > 0 ? (int)(p.c - c0) : 0;
+}
+__host__ __device__ __forceinline__ int64_t cl_row(const cl_plan &p, const cl_tile &t, int ty, int k) {
+  return t.rti * p.rt + ty + (int64_t)k * p.ty;
+}
+
+static inline bool rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST || g.s == 1; }
+
+/* Tiles of the reduction passes (identical for statistics and backward
+ * reduce), and the doubles of partial sums they write: two per channel per
+ * tile. */
+static inline int64_t reduce_tiles_per_channel(sbn_geom g) {
+  if (rows_layout(g)) return cl_make(g.n * g.s, g.c, gpt_of(g.dtype)).nrt;
+  return cf_make(g.n, g.s, (int64_t)NT * gpt_of(g.dtype), INT64_MAX).ntiles;
+}
+
+/* The widest vector (in values: 8, 4, 2 or 1; at most 16 bytes) that
+ * divides the row length and to whose size every pointer is aligned: then
+ * every full group starts aligned (groups start at multiples of 8 within a
+ * row, rows at multiples of the row length). */
+static inline int vec_width(sbn_dtype dt, int64_t row_len, const void *p0, const void *p1, const void *p2) {
+  const int es = dtype_size(dt);
+  for (int v = 16 / es; v > 1; v /= 2) {
+    const uintptr_t a = (uintptr_t)v * (uintptr_t)es;
+    if (row_len % v == 0 && (uintptr_t)p0 % a == 0 && (uintptr_t)p1 % a == 0 && (uintptr_t)p2 % a == 0)
+      return v;
+  }
+  return 1;
+}
+
+/* Call f(D(), std::integral_constant<int, V>()) for the dtype and the
+ * vector width v (rounded down to one that the dtype has). */
+template <int V> using IC = std::integral_constant<int, V>;
+template <class F> static inline int dispatch(sbn_dtype dt, int v, F f) {
+  switch (dt) {
+    case SBN_DTYPE_FLOAT32:
+      if (v >= 4) return f(DF32(), IC<4>());
+      if (v == 2) return f(DF32(), IC<2>());
+      return f(DF32(), IC<1>());
+    case SBN_DTYPE_BFLOAT16:
+      if (v >= 8) return f(DBF16(), IC<8>());
+      if (v == 4) return f(DBF16(), IC<4>());
+      if (v == 2) return f(DBF16(), IC<2>());
+      return f(DBF16(), IC<1>());
+    case SBN_DTYPE_FLOAT16:
+      if (v >= 8) return f(DF16(), IC<8>());
+      if (v == 4) return f(DF16(), IC<4>());
+      if (v == 2) return f(DF16(), IC<2>());
+      return f(DF16(), IC<1>());
+    default: return (int)cudaErrorInvalidValue;
+  }
+}
+
+/* A geometry the kernels accept: storage dtype, a layout, non-negative
+ * sizes, C < 2^31 (channel indices are 32-bit in places) and at most 2^62
+ * values. */
+static inline bool geom_ok(sbn_geom g) {
+  if (g.dtype != SBN_DTYPE_FLOAT32 && g.dtype != SBN_DTYPE_BFLOAT16 && g.dtype != SBN_DTYPE_FLOAT16) return false;
+  if (g.layout != SBN_LAYOUT_CHANNELS_FIRST && g.layout != SBN_LAYOUT_CHANNELS_LAST) return false;
+  if (g.n < 0 || g.c < 0 || g.s < 0 || g.c > INT32_MAX) return false;
+  if (g.n == 0 || g.c == 0 || g.s == 0) return true;
+  const int64_t lim = (int64_t)1 << 62;
+  return g.n <= lim / g.c && g.s <= lim / (g.n * g.c);
+}
+
+/* The error of the launches just made (and clears it), as an int. */
+static inline int launch_status(void) { return (int)cudaGetLastError(); }
+
+} /* namespace sbn_cuda */
+
+#endif
