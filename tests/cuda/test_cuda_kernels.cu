@@ -39,8 +39,15 @@
  * coefficients, accumulated in float32, or lost the split mean exceeds
  * these by orders of magnitude (the ill-conditioned cases above all).
  *
- * Without a CUDA device it prints "SKIP: no CUDA device" and exits 0. */
+ * Without a CUDA device it prints "SKIP: no CUDA device" and exits 0.
+ * Compiled as C++ with -DSBN_KERNEL_TEST_ON_CPU, it runs on the CPU against
+ * the CPU kernels (cpu_shim.h): a check of this test, not of the GPU.
+ * --quick leaves out the cases above 500000 values. */
+#ifdef SBN_KERNEL_TEST_ON_CPU
+#include "cpu_shim.h"
+#else
 #include <cuda_runtime.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
