@@ -4,51 +4,70 @@
  * loads a whole group of 8 before storing it, so y may be x and dx may be dy
  * or x (no __restrict__ on these pointers, no read-only-cache loads).
  *
- * Numerics. Each block first converts its channels' float64 coefficients to
- * float32 once, into shared memory: the mean split as hi = (float)mean and
- * lo = (float)(mean - hi), and the scale/bias (a, b, c). Per value:
- *   y  = fma((x - hi) - lo, a, b)
- *   dx = fma(-c, (x - hi) - lo, fma(a, dy, -b))
- * in float32 (explicit fused multiply-adds: one rounding each, and the same
- * operations whatever the vector width). x - hi is exact when x is near the mean (Sterbenz) and
- * otherwise rounded once, relative to |x - mean|; hi + lo carries the mean to
- * ~2^-48 relative, so x - mean keeps float32 accuracy even when |mean| is
- * 1e4 times the standard deviation (where a plain float32 (x - mean) would
- * lose the digits the mean's rounding takes: 2^-24 |mean| ~ 6e-4 std). Each
- * further operation rounds once relative to its own result, so y and dx are
- * within a few float32 ulps of the magnitudes of their terms (|x - mean| a,
- * b, y; a dy, b, c |x - mean|, dx) — below the rounding of 16-bit storage,
- * and for float32 storage within 4e-6 absolute of the float64 result for
- * |y| < ~8 (the CPU kernels' tolerance); the tests bound it per value. */
+ * Numerics: the operations of the CPU kernels (src/cpu/kern_body.inc), in
+ * the same order, each rounded once (no fused multiply-add), so given the
+ * same coefficients a GPU and a CPU layer write the same bits. Each block
+ * first converts its channels' coefficients once, into shared memory:
+ *  - float32 storage: float64 arithmetic (cheap on the GPUs this targets:
+ *    the conversions and 2-3 float64 operations per value stay under the
+ *    memory-bound budget), y and dx rounded once to float32 (half an ulp):
+ *      y  = (x - mean) * a + b
+ *      dx = (a * dy - b) - c * (x - mean)
+ *  - bfloat16/float16 storage: float32 arithmetic with the mean split in
+ *    hi = (float)mean and lo = (float)(mean - hi), so that x - mean keeps
+ *    float32 accuracy even when |mean| is 1e4 times the standard deviation
+ *    (x - hi is exact near the mean, by Sterbenz's lemma):
+ *      y  = ((x - hi) - lo) * a + b
+ *      dx = (a * dy - b) - c * ((x - hi) - lo)
+ *    within a few float32 roundings of the terms' magnitudes, far below the
+ *    half ulp (2^-8, 2^-11) of the 16-bit result. */
 #include "kern_common.cuh"
 
 using namespace sbn_cuda;
 
 namespace {
 
-/* Coefficients for one channel, float32, into tab[k][i] (k = 0..4: hi, lo,
- * a, b, c). */
-template <bool BWD>
-__device__ __forceinline__ void coef_fill(float (*tab)[MAX_RPT_ELEMT], int i, int64_t ch, const double *mean,
-                                          const double *a, const double *b, const double *c) {
-  const double m = mean[ch];
-  const float hi = (float)m;
-  tab[0][i] = hi;
-  tab[1][i] = (float)(m - (double)hi);
-  tab[2][i] = (float)a[ch];
-  tab[3][i] = (float)b[ch];
-  if (BWD) tab[4][i] = (float)c[ch];
-}
-
-/* One group: out = f(x[, dy]) with the coefficients of column i of tab. */
-template <bool BWD>
-__device__ __forceinline__ void apply(float o[8], const float v[8], const float w[8], const float hi,
-                                      const float lo, const float a, const float b, const float c) {
-#pragma unroll
-  for (int k = 0; k < 8; k++) {
-    const float xm = fsub(fsub(v[k], hi), lo);
-    o[k] = BWD ? ffma(-c, xm, ffma(a, w[k], -b)) : ffma(xm, a, b);
+/* Per storage type: a channel's coefficients and the two formulas. */
+template <class D> struct Arith { /* bfloat16, float16: float32 with a split mean */
+  struct K {
+    float hi, lo, a, b, c;
+  };
+  __device__ static __forceinline__ K make(double m, double a, double b, double c) {
+    K k;
+    k.hi = (float)m;
+    k.lo = (float)(m - (double)k.hi);
+    k.a = (float)a, k.b = (float)b, k.c = (float)c;
+    return k;
   }
+  __device__ static __forceinline__ float norm(float x, const K &k) {
+    return fadd(fmul(fsub(fsub(x, k.hi), k.lo), k.a), k.b);
+  }
+  __device__ static __forceinline__ float belt(float x, float dy, const K &k) {
+    return fsub(fsub(fmul(k.a, dy), k.b), fmul(k.c, fsub(fsub(x, k.hi), k.lo)));
+  }
+};
+template <> struct Arith<DF32> { /* float32: float64 */
+  struct K {
+    double m, a, b, c;
+  };
+  __device__ static __forceinline__ K make(double m, double a, double b, double c) {
+    K k;
+    k.m = m, k.a = a, k.b = b, k.c = c;
+    return k;
+  }
+  __device__ static __forceinline__ float norm(float x, const K &k) {
+    return (float)__dadd_rn(__dmul_rn(__dsub_rn((double)x, k.m), k.a), k.b);
+  }
+  __device__ static __forceinline__ float belt(float x, float dy, const K &k) {
+    return (float)__dsub_rn(__dsub_rn(__dmul_rn(k.a, (double)dy), k.b),
+                            __dmul_rn(k.c, __dsub_rn((double)x, k.m)));
+  }
+};
+
+template <class D, bool BWD>
+__device__ __forceinline__ typename Arith<D>::K coef(int64_t ch, const double *mean, const double *a,
+                                                     const double *b, const double *c) {
+  return Arith<D>::make(mean[ch], a[ch], b[ch], BWD ? c[ch] : 0.0);
 }
 
 /* Channels-first: tiles of the N*C rows of S values; a tile holds at most
@@ -58,20 +77,22 @@ __global__ void __launch_bounds__(NT) elemt_cf(typename D::S *out, const typenam
                                                const typename D::S *dy, int64_t C, cf_plan p,
                                                const double *__restrict__ mean, const double *__restrict__ a,
                                                const double *__restrict__ b, const double *__restrict__ cc) {
-  __shared__ float tab[5][MAX_RPT_ELEMT];
+  typedef typename Arith<D>::K K;
+  __shared__ K tab[MAX_RPT_ELEMT];
   const cf_tile t = cf_tile_of(p, blockIdx.x);
   const int64_t S = p.s, ch0 = t.row0 % C;
-  for (uint32_t r = threadIdx.x; r < t.nr; r += NT) coef_fill<BWD>(tab, (int)r, (ch0 + r) % C, mean, a, b, cc);
+  for (uint32_t r = threadIdx.x; r < t.nr; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, mean, a, b, cc);
   __syncthreads();
   const uint32_t ng = t.nr * t.gs;
   for (uint32_t g = threadIdx.x; g < ng; g += NT) {
     const cf_group q = cf_group_of(p, t, g);
-    const uint32_t r = q.r;
-    const int64_t base = (t.row0 + r) * S + q.off;
+    const int64_t base = (t.row0 + q.r) * S + q.off;
+    const K k = tab[q.r];
     float v[8], w[8] = {}, o[8];
     load_group<D, V>(x + base, q.len, v);
     if (BWD) load_group<D, V>(dy + base, q.len, w);
-    apply<BWD>(o, v, w, tab[0][r], tab[1][r], tab[2][r], tab[3][r], BWD ? tab[4][r] : 0.0f);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = BWD ? Arith<D>::belt(v[i], w[i], k) : Arith<D>::norm(v[i], k);
     store_group<D, V>(out + base, q.len, o);
   }
 }
@@ -83,38 +104,32 @@ __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typenam
                                                const typename D::S *dy, cl_plan p,
                                                const double *__restrict__ mean, const double *__restrict__ a,
                                                const double *__restrict__ b, const double *__restrict__ cc) {
+  typedef typename Arith<D>::K K;
   constexpr int GPT = Gpt<D>::value;
-  __shared__ float tab[5][MAX_RPT_ELEMT]; /* columns: the tile's channels (cbw <= 64) */
+  __shared__ K tab[8 * MAX_TX]; /* the tile's channels */
   const int64_t C = p.c;
   const cl_tile t = cl_tile_of(p, blockIdx.x);
   const int64_t cstart = cl_c0(p, t, 0);
   for (int i = threadIdx.x; i < p.cbw; i += NT)
-    if (cstart + i < C) coef_fill<BWD>(tab, i, cstart + i, mean, a, b, cc);
+    if (cstart + i < C) tab[i] = coef<D, BWD>(cstart + i, mean, a, b, cc);
   __syncthreads();
   const int tx = threadIdx.x & (p.tx - 1), ty = threadIdx.x / p.tx;
   const int64_t c0 = cl_c0(p, t, tx);
   const int clen = cl_clen(p, c0);
   if (clen == 0) return;
-  float hi[8], lo[8], ka[8], kb[8], kc[8];
+  K k[8];
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
-    const int col = 8 * tx + (i < clen ? i : 0); /* columns past C: any valid one (unused) */
-    hi[i] = tab[0][col], lo[i] = tab[1][col], ka[i] = tab[2][col], kb[i] = tab[3][col];
-    kc[i] = BWD ? tab[4][col] : 0.0f;
-  }
+  for (int i = 0; i < 8; i++) k[i] = tab[8 * tx + (i < clen ? i : 0)]; /* past C: any filled one (unused) */
 #pragma unroll
-  for (int k = 0; k < GPT; k++) {
-    const int64_t r = cl_row(p, t, ty, k);
+  for (int kk = 0; kk < GPT; kk++) {
+    const int64_t r = cl_row(p, t, ty, kk);
     if (r < p.rows) {
       const int64_t base = r * C + c0;
       float v[8], w[8] = {}, o[8];
       load_group<D, V>(x + base, clen, v);
       if (BWD) load_group<D, V>(dy + base, clen, w);
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const float xm = fsub(fsub(v[i], hi[i]), lo[i]);
-        o[i] = BWD ? ffma(-kc[i], xm, ffma(ka[i], w[i], -kb[i])) : ffma(xm, ka[i], kb[i]);
-      }
+      for (int i = 0; i < 8; i++) o[i] = BWD ? Arith<D>::belt(v[i], w[i], k[i]) : Arith<D>::norm(v[i], k[i]);
       store_group<D, V>(out + base, clen, o);
     }
   }

@@ -130,18 +130,12 @@ __device__ __forceinline__ void store_group(typename D::S *p, int len, const flo
   }
 }
 
-/* Arithmetic with explicit rounding: the compiler never contracts or
- * reorders these, so every instantiation (vector width, layout) performs the
- * same operations and gives the same bits. */
+/* float32 arithmetic with explicit rounding: the compiler never contracts
+ * (fuses) or reorders these, so every instantiation (vector width, layout)
+ * performs the same operations and gives the same bits. */
 __device__ __forceinline__ float fadd(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float fsub(float a, float b) { return __fsub_rn(a, b); }
 __device__ __forceinline__ float fmul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ float ffma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
-
-/* The sum of 8 values in a fixed tree. */
-__device__ __forceinline__ float tree8(const float a[8]) {
-  return fadd(fadd(fadd(a[0], a[1]), fadd(a[2], a[3])), fadd(fadd(a[4], a[5]), fadd(a[6], a[7])));
-}
 
 /* ---- plans ---- */
 

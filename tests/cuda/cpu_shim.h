@@ -18,7 +18,7 @@
 
 #include <vector>
 
-extern "C" { /* a C header without C++ guards */
+extern "C" { /* C headers without C++ guards */
 #include "../../src/cpu/bn_kernels.h"
 }
 #include "../../src/cuda/bn_kernels_cuda.h"

@@ -11,6 +11,8 @@
  *    (vector loads), for all four passes;
  *  - y aliasing x, dx aliasing dy, dx aliasing x: the same bits as separate
  *    buffers;
+ *  - y and dx have the bits of the CPU kernels (src/cpu) given the same
+ *    coefficients: both perform the same operations in the same order;
  *  - empty input: zero sums and count, no tensor touched; a workspace that
  *    was not reserved is an error, not an overrun.
  *
@@ -28,7 +30,8 @@
  *    sum_dy, sum_dy_xmu: 1e-9 sum|term|.
  *    Float32 accumulation would miss these by 10^2 (benign data) to 10^6
  *    (mean = 1e4 x std); a shifted-sum error by more.
- *  - y and dx, per value (float32 arithmetic, bn_elemt.cu): half an ulp of
+ *  - y and dx, per value (bn_elemt.cu: float64 arithmetic for float32
+ *    storage, float32 with a split mean for 16 bits): half an ulp of
  *    the storage type relative to the value (2^-8 bfloat16, 2^-11 float16,
  *    2^-24 float32), plus 5 u times the magnitudes of the terms
  *    (|x - mean| |scale|, |bias|, |y|; |a dy|, |b|, |c (x - mean)|, |dx|:
@@ -56,7 +59,10 @@
 
 #include <vector>
 
+extern "C" { /* C headers without C++ guards */
+#include "../../src/cpu/bn_kernels.h"
 #include "../../src/cpu/half.h"
+}
 #include "../../src/cuda/bn_kernels_cuda.h"
 #include "kernel_ref.h"
 
@@ -271,6 +277,14 @@ static int run_case(cudaStream_t st, sbn_dtype dt, sbn_layout layout, int64_t N,
     bad |= report("y", wy);
     if (N * S >= 8) bad |= expect("evidence: max |y| > 0.5", ymax > 0.5);
   }
+  std::vector<char> hcpu(bytes + 16);
+  sbn_cpu_ws cws = {NULL, 0, 1};
+  if (sbn_cpu_ws_reserve(&cws, g) != 0) {
+    printf("FAIL: out of memory\n");
+    exit(1);
+  }
+  if (numel) sbn_cpu_normalize(&cws, hcpu.data(), hx.data(), g, rmean.data(), scale.data(), bias.data());
+  bad |= expect("y = the CPU kernels' bits", same_bytes(hy.data(), hcpu.data(), bytes));
   KK(sbn_cuda_normalize(s, uout.at(1), ux.at(1), g, d_mean, d_a, d_b));
   bad |= expect("y unaligned: same bits", same_bytes(hy.data(), d2h<char>(uout.at(1), bytes).data(), bytes));
   CK(cudaMemcpy(dtmp.at(0), dx_.at(0), bytes, cudaMemcpyDeviceToDevice));
@@ -325,6 +339,9 @@ static int run_case(cudaStream_t st, sbn_dtype dt, sbn_layout layout, int64_t N,
     bad |= report("dx", wd);
     if (N * S >= 8) bad |= expect("evidence: max |dx| > 0.1", dmax > 0.1);
   }
+  if (numel) sbn_cpu_backward_elemt(&cws, hcpu.data(), hdy.data(), hx.data(), g, rmean.data(), ka.data(), kb.data(), kc.data());
+  bad |= expect("dx = the CPU kernels' bits", same_bytes(hdx.data(), hcpu.data(), bytes));
+  sbn_cpu_ws_free(&cws);
   KK(sbn_cuda_backward_elemt(s, uout.at(1), udy.at(1), ux.at(1), g, d_mean, d_a, d_b, d_c));
   bad |= expect("dx unaligned: same bits", same_bytes(hdx.data(), d2h<char>(uout.at(1), bytes).data(), bytes));
   CK(cudaMemcpy(dtmp.at(0), ddy.at(0), bytes, cudaMemcpyDeviceToDevice));
