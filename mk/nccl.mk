@@ -1,0 +1,99 @@
+# NCCL backend (syncbn_nccl.h): src/comm/nccl.c and its kernels
+# (src/cuda/nccl_xsum.cu) in their own library, libsyncbn_nccl (.a and .so,
+# the .so links libsyncbn.so, libnccl and libcudart), so that programs which
+# do not use it never load libnccl. Built with NCCL when nvcc, nccl.h and
+# libnccl are found (CUDA_HOME, NCCL_HOME; `make NVCC=` builds without);
+# otherwise nccl.c compiles to constructors answering SBN_STATUS_NOT_BUILT.
+#
+# Tests: test_xsum_fixed (the two-phase exact sum against exact_sum.c, CPU,
+# also compiled as C++), test_nccl_stub (the constructors of a build without
+# NCCL, on every machine), cuda/test_nccl (GPU; prints SKIP without one).
+# The GPU benchmark (bench/gpu/) is built when the CUDA layer's API is there.
+.DEFAULT_GOAL := all
+
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
+NCCL_HOME ?= $(CUDA_HOME)
+NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                -gencode arch=compute_90,code=compute_90
+NCCL_INCDIR := $(patsubst %/nccl.h,%,$(firstword $(wildcard $(NCCL_HOME)/include/nccl.h /usr/include/nccl.h)))
+NCCL_LIBDIR := $(patsubst %/libnccl.so,%,$(firstword $(wildcard $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
+CUDART_LIBDIR := $(patsubst %/libcudart.so,%,$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so $(CUDA_HOME)/lib/libcudart.so)))
+NCCL_ENABLED := $(if $(and $(strip $(NVCC)),$(NCCL_INCDIR),$(NCCL_LIBDIR),$(CUDART_LIBDIR)),1,)
+
+NCCL_A  := $(BUILD)/libsyncbn_nccl.a
+NCCL_SO := $(BUILD)/libsyncbn_nccl.so
+NCCL_CU_OBJ := $(BUILD)/nccl/nccl_xsum.o
+# What a program linking libsyncbn_nccl.a needs after the archives.
+nccl_comma := ,
+NCCL_LINK = $(if $(NCCL_ENABLED),-L$(NCCL_LIBDIR) -L$(CUDART_LIBDIR) -Wl$(nccl_comma)-rpath$(nccl_comma)$(NCCL_LIBDIR) \
+              -Wl$(nccl_comma)-rpath$(nccl_comma)$(CUDART_LIBDIR) -lnccl -lcudart -lstdc++)
+NCCL_CFLAGS = $(if $(NCCL_ENABLED),-DSBN_WITH_NCCL=1 -I$(NCCL_INCDIR) -I$(CUDA_HOME)/include)
+
+NCCL_STATE := $(if $(NCCL_ENABLED),nccl $(NVCC) $(NCCL_INCDIR) $(NCCL_LIBDIR) $(NVCC_GENCODE),none)
+NCCL_STAMP := $(BUILD)/nccl.config
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(NCCL_STAMP) 2>/dev/null)" = "$(NCCL_STATE)" ] || echo "$(NCCL_STATE)" > $(NCCL_STAMP))
+
+$(BUILD)/src/comm/nccl.o $(BUILD)/shared/src/comm/nccl.o: SBN_CFLAGS += $(NCCL_CFLAGS)
+$(BUILD)/src/comm/nccl.o $(BUILD)/shared/src/comm/nccl.o: $(NCCL_STAMP)
+
+# The kernels: nvcc for sm_80 and sm_90 machine code plus PTX.
+$(NCCL_CU_OBJ): src/cuda/nccl_xsum.cu src/cuda/nccl_xsum.h src/comm/exact_sum_fixed.h include/syncbn.h $(NCCL_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions -Iinclude -c $< -o $@
+
+NCCL_OBJS := $(BUILD)/src/comm/nccl.o $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ))
+$(NCCL_A): $(NCCL_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libsyncbn_nccl.so.$(SBN_VERSION): $(BUILD)/shared/src/comm/nccl.o $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ)) $(BUILD)/libsyncbn.so
+	$(SBN_LD) -shared -Wl,-z,defs -Wl,-soname,libsyncbn_nccl.so.$(SBN_MAJOR) -o $@ \
+	    $(BUILD)/shared/src/comm/nccl.o $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ)) -L$(BUILD) -lsyncbn $(LDLIBS) \
+	    $(NCCL_LINK) -lm -pthread
+
+# The same source without NCCL, for the not-built test on every machine.
+$(BUILD)/nccl/nccl_stub.o: src/comm/nccl.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(SBN_CC) -c $< -o $@
+
+TESTS += test_xsum_fixed test_nccl_stub
+$(BUILD)/tests/test_nccl_stub: tests/test_nccl_stub.c $(BUILD)/nccl/nccl_stub.o $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -o $@ $< $(BUILD)/nccl/nccl_stub.o $(SBN_STATIC_LINK)
+
+# The header in C++ (the CUDA kernels include it): the same test as C++.
+CXX_FOUND := $(shell command -v $(CXX) 2>/dev/null)
+ifneq ($(CXX_FOUND),)
+$(BUILD)/tests/test_xsum_fixed_cxx: tests/test_xsum_fixed.c src/comm/exact_sum_fixed.h $(BUILD)/src/comm/exact_sum.o
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 -Wall -Wextra -Iinclude -x c++ -c $< -o $@.o
+	$(CXX) -o $@ $@.o $(BUILD)/src/comm/exact_sum.o -lm
+all: $(BUILD)/tests/test_xsum_fixed_cxx
+EXTRA_TEST_CMDS += 'cmd:$(BUILD)/tests/test_xsum_fixed_cxx'
+endif
+
+all: $(NCCL_A) $(NCCL_SO) $(NCCL_SO).$(SBN_MAJOR)
+lib: $(NCCL_A) $(NCCL_SO)
+ifneq ($(SBN_SANITIZE),1)
+EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh $(NCCL_SO) include/syncbn_nccl.h' \
+                   'cmd:scripts/check_prefix.sh $(NCCL_A)'
+endif
+
+# GPU programs: the NCCL test, and the benchmark once the CUDA layer's API
+# (sbn_bn_set_stream) is in syncbn.h. They run on a GPU machine
+# (scripts/gpu-check.sh); in `make check` the test prints SKIP without a GPU.
+ifneq ($(NCCL_ENABLED),)
+GPU_NCCL_TESTS := $(BUILD)/tests/cuda/test_nccl
+$(BUILD)/tests/cuda/test_nccl: tests/cuda/test_nccl.c $(NCCL_A) $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -I$(CUDA_HOME)/include -Isrc -o $@ $< $(NCCL_A) $(SBN_STATIC_LINK) $(NCCL_LINK)
+all: $(GPU_NCCL_TESTS)
+EXTRA_TEST_CMDS += 'cmd:$(BUILD)/tests/cuda/test_nccl'
+
+ifneq ($(shell grep -l sbn_bn_set_stream include/syncbn.h 2>/dev/null),)
+$(BUILD)/bench/syncbn-bench-gpu: bench/gpu/bench_gpu.c $(NCCL_A) $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -I$(CUDA_HOME)/include -o $@ $< $(NCCL_A) $(SBN_STATIC_LINK) $(NCCL_LINK)
+all: $(BUILD)/bench/syncbn-bench-gpu
+endif
+endif
