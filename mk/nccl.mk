@@ -19,7 +19,9 @@ NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,cod
 NCCL_INCDIR := $(patsubst %/nccl.h,%,$(firstword $(wildcard $(NCCL_HOME)/include/nccl.h /usr/include/nccl.h)))
 NCCL_LIBDIR := $(patsubst %/libnccl.so,%,$(firstword $(wildcard $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
 CUDART_LIBDIR := $(patsubst %/libcudart.so,%,$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so $(CUDA_HOME)/lib/libcudart.so)))
-NCCL_ENABLED := $(if $(and $(strip $(NVCC)),$(NCCL_INCDIR),$(NCCL_LIBDIR),$(CUDART_LIBDIR)),1,)
+# The sanitizer builds (SBN_SANITIZE=1) leave NCCL out: the CUDA runtime and
+# libnccl are not instrumented; the stub is what they check.
+NCCL_ENABLED := $(if $(filter 1,$(SBN_SANITIZE)),,$(if $(and $(strip $(NVCC)),$(NCCL_INCDIR),$(NCCL_LIBDIR),$(CUDART_LIBDIR)),1,))
 
 NCCL_A  := $(BUILD)/libsyncbn_nccl.a
 NCCL_SO := $(BUILD)/libsyncbn_nccl.so
@@ -97,3 +99,21 @@ $(BUILD)/bench/syncbn-bench-gpu: bench/gpu/bench_gpu.c $(NCCL_A) $(SBN_STATIC)
 all: $(BUILD)/bench/syncbn-bench-gpu
 endif
 endif
+
+# The PyTorch side of the GPU benchmark checks its arguments on every
+# machine (without CUDA it says so and exits 0).
+EXTRA_TEST_CMDS += 'cmd:$(PYTHON) bench/gpu/torch_chain.py --iters 2 --only 32x2048 --dtype f32 --layout cf'
+
+# make install: the backend library next to libsyncbn_mpi (its header is
+# installed with the others).
+.PHONY: install-nccl uninstall-nccl
+install: install-nccl
+uninstall: uninstall-nccl
+install-nccl: $(NCCL_A) $(BUILD)/libsyncbn_nccl.so.$(SBN_VERSION)
+	install -d $(DESTDIR)$(LIBDIR)
+	install -m 644 $(NCCL_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/libsyncbn_nccl.so.$(SBN_VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libsyncbn_nccl.so.$(SBN_VERSION) $(DESTDIR)$(LIBDIR)/libsyncbn_nccl.so.$(SBN_MAJOR)
+	ln -sf libsyncbn_nccl.so.$(SBN_MAJOR) $(DESTDIR)$(LIBDIR)/libsyncbn_nccl.so
+uninstall-nccl:
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/libsyncbn_nccl,.a .so .so.$(SBN_MAJOR) .so.$(SBN_VERSION))

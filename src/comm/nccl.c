@@ -479,7 +479,6 @@ static sbn_status nccl_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtyp
   }
   if (!where) cudaFreeAsync(d, m->stream);
   if (st == SBN_STATUS_OK) st = wait_stream(g, sig.what, deadline);
-  if (st == SBN_STATUS_OK) st = take_device_error(g); /* cannot happen after agreement; never silently */
 out:
   leave_device(m, prev);
   return st;

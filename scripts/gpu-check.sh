@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The GPU check: every GPU test, compute-sanitizer on the kernel tests, the
+# GPU benchmark and PyTorch's kernel chain on the same shapes, each log in
+# LOGDIR, a pass/fail summary at the end (LOGDIR/summary.txt). Well under
+# 10 minutes on one H100.
+#
+#   scripts/gpu-check.sh --stage          on the build machine (nvcc, no GPU
+#                                         needed): `make`, then copy the GPU
+#                                         programs and the shared libraries
+#                                         they need (but libnccl and the driver)
+#                                         into build/gpu
+#   scripts/gpu-check.sh LOGDIR [--pack]  on the GPU machine: runs from
+#                                         build/gpu when it is there, else
+#                                         builds first (make -j)
+#
+# --pack leaves at most 6 files in LOGDIR (summary.txt, the benchmark, torch
+# and speedup logs, everything in gpu-check-logs.tar.gz), for runners that
+# return few files. Exit status: 0 when every step passed or skipped.
+#
+# With the device tool of this workplace (the build travels; see
+# BENCHMARKS.md for the numbers it produced):
+#   here:   scripts/gpu-check.sh --stage
+#   there:  run(command="bash scripts/gpu-check.sh $OUT --pack", carry=["build/gpu"])
+#
+# Environment: PYTHON (the python with CUDA PyTorch; default python3),
+# GPU_CHECK_BENCH_ARGS (e.g. "--iters 10"), GPU_CHECK_SKIP_BENCH=1.
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+
+GPU_TEST_DIRS="build/tests/cuda"
+STAGE=build/gpu
+
+stage() {
+  set -e
+  make -j"$(nproc)" >/dev/null
+  rm -rf "$STAGE"
+  mkdir -p "$STAGE/tests" "$STAGE/bench" "$STAGE/lib"
+  local progs=()
+  for f in $GPU_TEST_DIRS/*; do
+    [ -f "$f" ] && [ -x "$f" ] && cp "$f" "$STAGE/tests/" && progs+=("$f")
+  done
+  for f in build/tests/test_xsum_fixed build/bench/syncbn-bench-gpu; do
+    [ -x "$f" ] || continue
+    case "$f" in */bench/*) cp "$f" "$STAGE/bench/" ;; *) cp "$f" "$STAGE/tests/" ;; esac
+    progs+=("$f")
+  done
+  # shared libraries the programs need that a bare GPU machine may lack:
+  # everything but the C runtime, the driver and libnccl (too large to
+  # carry; the GPU machine's PyTorch ships one)
+  for p in "${progs[@]}"; do
+    ldd "$p" | awk '$3 ~ /^\// {print $3}'
+  done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libcuda.so*|libnccl.so*) ;;
+      *) cp -L "$lib" "$STAGE/lib/" ;;
+    esac
+  done
+  echo "staged in $STAGE: $(find "$STAGE/tests" "$STAGE/bench" -type f | wc -l) programs; libraries: $(ls "$STAGE/lib" | tr '\n' ' ')"
+  du -sh "$STAGE"
+}
+
+if [ "${1:-}" = --stage ]; then stage; exit $?; fi
+[ $# -ge 1 ] || { echo "usage: $0 LOGDIR [--pack] | --stage" >&2; exit 2; }
+LOG=$1; shift
+PACK=0
+[ "${1:-}" = --pack ] && PACK=1
+mkdir -p "$LOG"
+LOG=$(cd "$LOG" && pwd)
+PYTHON=${PYTHON:-python3}
+T0=$SECONDS
+declare -a NAMES RESULTS
+
+step() { # name timeout-seconds command... ; logs to LOG/name.log
+  local name=$1 limit=$2; shift 2
+  local t=$SECONDS
+  echo "=== $name ($(date -u +%T))"
+  timeout --kill-after=10 "$limit" "$@" >"$LOG/$name.log" 2>&1
+  local rc=$?
+  local res=PASS
+  if [ $rc -ne 0 ]; then res="FAIL(exit $rc)"; [ $rc -eq 124 ] && res="FAIL(timeout ${limit}s)"; fi
+  grep -q '^SKIP' "$LOG/$name.log" && [ $rc -eq 0 ] && res=SKIP
+  NAMES+=("$name"); RESULTS+=("$res")
+  tail -n 3 "$LOG/$name.log" | sed 's/^/    /'
+  echo "--- $res $name ($((SECONDS - t)) s)"
+}
+
+# ---- the build: staged, or made here ----
+if [ -d "$STAGE/tests" ]; then
+  TESTS_DIR=$STAGE/tests; BENCH=$STAGE/bench/syncbn-bench-gpu
+  echo "using the staged build in $STAGE"
+else
+  step build 420 make -j"$(nproc)"
+  TESTS_DIR=build/tests/cuda; BENCH=build/bench/syncbn-bench-gpu
+fi
+
+# libraries: the staged ones, CUDA's, and libnccl from wherever it is
+# (the CUDA toolkit, the system, or the nvidia-nccl wheel PyTorch uses)
+libpath="$here/$STAGE/lib"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && libpath="$libpath:$d"
+done
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2' && ! ls /usr/local/cuda/lib*/libnccl.so.2 >/dev/null 2>&1; then
+  ncclpy=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$ncclpy" ] && libpath="$libpath:$ncclpy"
+fi
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$libpath"
+
+step nvidia-smi 30 bash -c 'nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -60; uname -a'
+{ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; for p in "$TESTS_DIR"/* "$BENCH"; do [ -x "$p" ] && { echo "== $p"; ldd "$p" | grep -E 'not found|nccl|cudart'; }; done; } >"$LOG/libraries.log" 2>&1
+
+# ---- every GPU test (each prints SKIP when it finds no GPU) ----
+for t in "$TESTS_DIR"/* $([ "$TESTS_DIR" = "$STAGE/tests" ] || echo build/tests/test_xsum_fixed); do
+  [ -f "$t" ] && [ -x "$t" ] || continue
+  step "test-$(basename "$t")" 180 "$t"
+done
+
+# ---- compute-sanitizer on the kernel tests ----
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$SAN" ]; then
+  for t in "$TESTS_DIR"/test_*kernel* "$TESTS_DIR"/test_nccl; do
+    [ -x "$t" ] || continue
+    for tool in memcheck racecheck; do
+      step "$tool-$(basename "$t")" 240 "$SAN" --tool "$tool" --error-exitcode 3 "$t"
+    done
+  done
+else
+  NAMES+=(compute-sanitizer); RESULTS+=("FAIL(not found)")
+fi
+
+# ---- the benchmark and PyTorch's chain ----
+if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
+  if [ -x "$BENCH" ]; then
+    step bench-gpu 300 "$BENCH" ${GPU_CHECK_BENCH_ARGS:-}
+  else
+    NAMES+=(bench-gpu); RESULTS+=("FAIL(not built: the CUDA layer's API is missing)")
+  fi
+  step torch-chain 300 "$PYTHON" bench/gpu/torch_chain.py ${GPU_CHECK_BENCH_ARGS:-}
+  if [ -s "$LOG/bench-gpu.log" ] && [ -s "$LOG/torch-chain.log" ]; then
+    step speedup 30 "$PYTHON" bench/gpu/combine.py "$LOG/bench-gpu.log" "$LOG/torch-chain.log"
+  fi
+fi
+
+# ---- summary ----
+{
+  echo "gpu-check $(date -u '+%F %T') UTC, $((SECONDS - T0)) s, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  fails=0
+  for i in "${!NAMES[@]}"; do
+    printf '  %-40s %s\n' "${NAMES[$i]}" "${RESULTS[$i]}"
+    case "${RESULTS[$i]}" in FAIL*) fails=$((fails + 1)) ;; esac
+  done
+  echo "$(( ${#NAMES[@]} - fails )) passed or skipped, $fails failed"
+} | tee "$LOG/summary.txt"
+fails=$(grep -c 'FAIL' "$LOG/summary.txt")
+
+if [ $PACK = 1 ]; then
+  (cd "$LOG" && tar czf gpu-check-logs.tar.gz --exclude=gpu-check-logs.tar.gz *.log &&
+     find . -maxdepth 1 -name '*.log' ! -name 'bench-gpu.log' ! -name 'torch-chain.log' ! -name 'speedup.log' -delete)
+fi
+[ "$fails" -eq 0 ]
