@@ -1,14 +1,15 @@
 # NCCL backend (syncbn_nccl.h): src/comm/nccl.c and its kernels
-# (src/cuda/nccl_xsum.cu) in their own library, libsyncbn_nccl (.a and .so,
-# the .so links libsyncbn.so, libnccl and libcudart), so that programs which
-# do not use it never load libnccl. Built with NCCL when nvcc, nccl.h and
+# (src/cuda/nccl/, apart from src/cuda/*.cu, which are the CUDA layer's) in
+# their own library, libsyncbn_nccl (.a and .so, the .so links libsyncbn.so,
+# libnccl and libcudart), so that programs which do not use it never load
+# libnccl. Built with NCCL when nvcc, nccl.h and
 # libnccl are found (CUDA_HOME, NCCL_HOME; `make NVCC=` builds without);
 # otherwise nccl.c compiles to constructors answering SBN_STATUS_NOT_BUILT.
 #
 # Tests: test_xsum_fixed (the two-phase exact sum against exact_sum.c, CPU,
 # also compiled as C++), test_nccl_stub (the constructors of a build without
 # NCCL, on every machine), cuda/test_nccl (GPU; prints SKIP without one).
-# The GPU benchmark (bench/gpu/) is built when the CUDA layer's API is there.
+# The GPU benchmark (bench/gpu/) is built when the CUDA layer's library is.
 .DEFAULT_GOAL := all
 
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -40,7 +41,7 @@ $(BUILD)/src/comm/nccl.o $(BUILD)/shared/src/comm/nccl.o: SBN_CFLAGS += $(NCCL_C
 $(BUILD)/src/comm/nccl.o $(BUILD)/shared/src/comm/nccl.o: $(NCCL_STAMP)
 
 # The kernels: nvcc for sm_80 and sm_90 machine code plus PTX.
-$(NCCL_CU_OBJ): src/cuda/nccl_xsum.cu src/cuda/nccl_xsum.h src/comm/exact_sum_fixed.h include/syncbn.h $(NCCL_STAMP)
+$(NCCL_CU_OBJ): src/cuda/nccl/nccl_xsum.cu src/cuda/nccl/nccl_xsum.h src/comm/exact_sum_fixed.h include/syncbn.h $(NCCL_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions -Iinclude -c $< -o $@
 
@@ -81,9 +82,9 @@ EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh $(NCCL_SO) include/syncbn_nccl.
                    'cmd:scripts/check_prefix.sh $(NCCL_A)'
 endif
 
-# GPU programs: the NCCL test, and the benchmark once the CUDA layer's API
-# (sbn_bn_set_stream) is in syncbn.h. They run on a GPU machine
-# (scripts/gpu-check.sh); in `make check` the test prints SKIP without a GPU.
+# GPU programs: the NCCL test, and the benchmark once the CUDA layer is
+# built. They run on a GPU machine (scripts/gpu-check.sh); in `make check`
+# the test prints SKIP without a GPU.
 ifneq ($(NCCL_ENABLED),)
 GPU_NCCL_TESTS := $(BUILD)/tests/cuda/test_nccl
 $(BUILD)/tests/cuda/test_nccl: tests/cuda/test_nccl.c $(NCCL_A) $(SBN_STATIC)
@@ -92,10 +93,12 @@ $(BUILD)/tests/cuda/test_nccl: tests/cuda/test_nccl.c $(NCCL_A) $(SBN_STATIC)
 all: $(GPU_NCCL_TESTS)
 EXTRA_TEST_CMDS += 'cmd:$(BUILD)/tests/cuda/test_nccl'
 
-ifneq ($(shell grep -l sbn_bn_set_stream include/syncbn.h 2>/dev/null),)
-$(BUILD)/bench/syncbn-bench-gpu: bench/gpu/bench_gpu.c $(NCCL_A) $(SBN_STATIC)
+# The benchmark needs the CUDA layer's library (mk/cuda.mk: SBN_CUDA_LINK,
+# defined once the kernels exist).
+ifneq ($(strip $(SBN_CUDA_LINK)),)
+$(BUILD)/bench/syncbn-bench-gpu: bench/gpu/bench_gpu.c $(NCCL_A) $(BUILD)/libsyncbn_cuda.a $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) -I$(CUDA_HOME)/include -o $@ $< $(NCCL_A) $(SBN_STATIC_LINK) $(NCCL_LINK)
+	$(SBN_LD) -I$(CUDA_HOME)/include -o $@ $< $(NCCL_A) $(SBN_CUDA_LINK) $(NCCL_LINK)
 all: $(BUILD)/bench/syncbn-bench-gpu
 endif
 endif

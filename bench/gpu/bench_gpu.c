@@ -7,7 +7,9 @@
  *  2. forward and backward through the public API (sbn_bn_create with
  *     SBN_DEVICE_CUDA, sbn_bn_set_stream, sbn_bn_forward/backward), group
  *     NULL and a one-rank NCCL group, over the ResNet-50 batch-norm shapes
- *     at N = 32 plus a 2-D (N, C) case, float32 and bfloat16, both layouts:
+ *     at N = 32 plus a 2-D (N, C) case, float32 and bfloat16, both layouts
+ *     (a layer treats a one-rank group as no group, so the collective's own
+ *     cost is measured apart, in 3):
  *     CUDA events around each call, the median after warm-up; GB/s at 3
  *     (forward) and 5 (backward) tensor passes; fraction of copy bandwidth;
  *  3. the collective alone: the NCCL backend's exact all-reduce of a

@@ -9,12 +9,12 @@
  * the proof that the result is exact_sum.c's, bit for bit):
  *   1. MAX over one byte per value: the value's top bin (+1), so every rank
  *      learns the common top; the same reduction carries the signature
- *      check (control bytes, src/cuda/nccl_xsum.h);
+ *      check (control bytes, src/cuda/nccl/nccl_xsum.h);
  *   2. SUM over 4 int64 per value: each rank's digits in the three bins
  *      under the common top, and a count of inf/NaN terms. Integer sums are
  *      exact in any order and far from overflow (|bin| < 65536 * 2^38).
  * Kernels before, between and after the reductions encode and decode on the
- * device (src/cuda/nccl_xsum.cu). So results are bitwise identical on every
+ * device (src/cuda/nccl/nccl_xsum.cu). So results are bitwise identical on every
  * rank, run after run, equal to the threads and MPI backends' sums. Cost per
  * collective of n values: two NCCL all-reduces (n + 24 bytes, then 32n
  * bytes) and three small kernels; scratch comes from the stream-ordered
@@ -103,7 +103,7 @@ sbn_status sbn_group_create_nccl_over(sbn_group **out, sbn_group *bootstrap, int
 #include <nccl.h>
 
 #include "syncbn_nccl.h"
-#include "../cuda/nccl_xsum.h"
+#include "../cuda/nccl/nccl_xsum.h"
 
 enum { WHAT_MAX = 256, MSG_MAX = 700 };
 

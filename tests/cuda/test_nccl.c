@@ -1,7 +1,7 @@
 /* The NCCL backend on a GPU (prints SKIP and passes without one, after
  * checking that the constructors fail cleanly there).
  *
- *  1. The device kernels (src/cuda/nccl_xsum.cu) with P simulated ranks: the
+ *  1. The device kernels (src/cuda/nccl/nccl_xsum.cu) with P simulated ranks: the
  *     host takes the MAX of the tags and the SUM of the bins between the
  *     kernels, as NCCL would; results must equal exact_sum.c's binned sums
  *     bit for bit (float64 and float32, mixed magnitudes, cancellation,
@@ -28,7 +28,7 @@
 #include "syncbn_nccl.h"
 #include "comm/comm.h"
 #include "comm/exact_sum.h"
-#include "cuda/nccl_xsum.h"
+#include "cuda/nccl/nccl_xsum.h"
 
 static int failures;
 #define CHECK(cond, ...)                       \

@@ -5,7 +5,7 @@
 
 #include "nccl_xsum.h"
 #include "syncbn.h"
-#include "../comm/exact_sum_fixed.h"
+#include "../../comm/exact_sum_fixed.h"
 
 static const int kThreads = 256;
 
