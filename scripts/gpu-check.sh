@@ -23,12 +23,14 @@
 #   there:  run(command="bash scripts/gpu-check.sh $OUT --pack", carry=["build/gpu"])
 #
 # Environment: PYTHON (the python with CUDA PyTorch; default python3),
-# GPU_CHECK_BENCH_ARGS (e.g. "--iters 10"), GPU_CHECK_SKIP_BENCH=1.
+# GPU_CHECK_BENCH_ARGS (e.g. "--iters 10"), GPU_CHECK_SKIP_BENCH=1,
+# GPU_CHECK_BUDGET (seconds for everything, default 540: later steps get what
+# is left, and are skipped when nothing is), GPU_CHECK_SANITIZE_MORE (more
+# programs for compute-sanitizer than the kernel tests).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
-GPU_TEST_DIRS="build/tests/cuda"
 STAGE=build/gpu
 
 stage() {
@@ -37,14 +39,17 @@ stage() {
   rm -rf "$STAGE"
   mkdir -p "$STAGE/tests" "$STAGE/bench" "$STAGE/lib"
   local progs=()
-  for f in $GPU_TEST_DIRS/*; do
-    [ -f "$f" ] && [ -x "$f" ] && cp "$f" "$STAGE/tests/" && progs+=("$f")
-  done
-  for f in build/tests/test_xsum_fixed build/bench/syncbn-bench-gpu; do
-    [ -x "$f" ] || continue
+  # the test commands, with their programs copied to build/gpu/tests
+  make -s print-gpu-tests >"$STAGE/tests.list.in"
+  for f in $(awk '{print $1}' "$STAGE/tests.list.in" | sort -u) build/bench/syncbn-bench-gpu; do
+    [ -f "$f" ] && [ -x "$f" ] || continue
     case "$f" in */bench/*) cp "$f" "$STAGE/bench/" ;; *) cp "$f" "$STAGE/tests/" ;; esac
     progs+=("$f")
   done
+  sed -E 's|^build/tests/([^ ]*/)?|'"$STAGE"'/tests/|' "$STAGE/tests.list.in" >"$STAGE/tests.list"
+  rm -f "$STAGE/tests.list.in"
+  # the shared libraries of the build (programs that load them at run time)
+  for l in build/lib*.so.[0-9]; do [ -e "$l" ] && cp -L "$l" "$STAGE/lib/"; done
   # shared libraries the programs need that a bare GPU machine may lack:
   # everything but the C runtime, the driver and libnccl (too large to
   # carry; the GPU machine's PyTorch ships one)
@@ -71,10 +76,15 @@ PYTHON=${PYTHON:-python3}
 T0=$SECONDS
 declare -a NAMES RESULTS
 
+BUDGET=${GPU_CHECK_BUDGET:-540} # seconds for everything (the device tool allows 600 a command)
 step() { # name timeout-seconds command... ; logs to LOG/name.log
   local name=$1 limit=$2; shift 2
-  local t=$SECONDS
-  echo "=== $name ($(date -u +%T))"
+  local t=$SECONDS left=$((BUDGET - (SECONDS - T0) - 15))
+  if [ $left -lt 20 ]; then
+    NAMES+=("$name"); RESULTS+=("SKIP(no time left in ${BUDGET}s)"); echo "--- SKIP $name (no time left)"; return
+  fi
+  [ "$limit" -gt $left ] && limit=$left
+  echo "=== $name ($(date -u +%T), up to ${limit}s)"
   timeout --kill-after=10 "$limit" "$@" >"$LOG/$name.log" 2>&1
   local rc=$?
   local res=PASS
@@ -86,12 +96,14 @@ step() { # name timeout-seconds command... ; logs to LOG/name.log
 }
 
 # ---- the build: staged, or made here ----
-if [ -d "$STAGE/tests" ]; then
+if [ -f "$STAGE/tests.list" ]; then
   TESTS_DIR=$STAGE/tests; BENCH=$STAGE/bench/syncbn-bench-gpu
+  TEST_CMDS=$(cat "$STAGE/tests.list")
   echo "using the staged build in $STAGE"
 else
   step build 420 make -j"$(nproc)"
   TESTS_DIR=build/tests/cuda; BENCH=build/bench/syncbn-bench-gpu
+  TEST_CMDS=$(make -s print-gpu-tests)
 fi
 
 # libraries: the staged ones, CUDA's, and libnccl from wherever it is
@@ -110,23 +122,11 @@ step nvidia-smi 30 bash -c 'nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -60;
 { echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; for p in "$TESTS_DIR"/* "$BENCH"; do [ -x "$p" ] && { echo "== $p"; ldd "$p" | grep -E 'not found|nccl|cudart'; }; done; } >"$LOG/libraries.log" 2>&1
 
 # ---- every GPU test (each prints SKIP when it finds no GPU) ----
-for t in "$TESTS_DIR"/* $([ "$TESTS_DIR" = "$STAGE/tests" ] || echo build/tests/test_xsum_fixed); do
-  [ -f "$t" ] && [ -x "$t" ] || continue
-  step "test-$(basename "$t")" 180 "$t"
-done
-
-# ---- compute-sanitizer on the kernel tests ----
-SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [ -n "$SAN" ]; then
-  for t in "$TESTS_DIR"/test_*kernel* "$TESTS_DIR"/test_nccl; do
-    [ -x "$t" ] || continue
-    for tool in memcheck racecheck; do
-      step "$tool-$(basename "$t")" 240 "$SAN" --tool "$tool" --error-exitcode 3 "$t"
-    done
-  done
-else
-  NAMES+=(compute-sanitizer); RESULTS+=("FAIL(not found)")
-fi
+while IFS= read -r cmd; do
+  [ -n "$cmd" ] || continue
+  name=$(echo "$cmd" | awk '{n = $1; sub(/.*\//, "", n); for (i = 2; i <= NF; i++) n = n "-" $i; print n}')
+  step "test-$name" 180 bash -c "$cmd"
+done <<<"$TEST_CMDS"
 
 # ---- the benchmark and PyTorch's chain ----
 if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
@@ -139,6 +139,19 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   if [ -s "$LOG/bench-gpu.log" ] && [ -s "$LOG/torch-chain.log" ]; then
     step speedup 30 "$PYTHON" bench/gpu/combine.py "$LOG/bench-gpu.log" "$LOG/torch-chain.log"
   fi
+fi
+
+# ---- compute-sanitizer on the kernel tests (GPU_CHECK_SANITIZE_MORE: more) ----
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$SAN" ]; then
+  for t in "$TESTS_DIR"/test_*kernel* ${GPU_CHECK_SANITIZE_MORE:-}; do
+    [ -x "$t" ] || continue
+    for tool in memcheck racecheck; do
+      step "$tool-$(basename "$t")" 240 "$SAN" --tool "$tool" --error-exitcode 3 "$t"
+    done
+  done
+else
+  NAMES+=(compute-sanitizer); RESULTS+=("FAIL(not found)")
 fi
 
 # ---- summary ----
