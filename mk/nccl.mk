@@ -122,9 +122,11 @@ uninstall-nccl:
 	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/libsyncbn_nccl,.a .so .so.$(SBN_MAJOR) .so.$(SBN_VERSION))
 
 # The GPU tests' commands, one a line (scripts/gpu-check.sh runs them):
-# every test command of the suite under tests/cuda/, and the CPU check of the
-# NCCL backend's arithmetic.
+# every test command of the suite under tests/cuda/ (and the standalone
+# kernel tests' build/cuda_kernels/), and the CPU check of the NCCL
+# backend's arithmetic.
 .PHONY: print-gpu-tests
 print-gpu-tests:
 	@printf '%s\n' $(EXTRA_TEST_CMDS) $(addprefix cmd:$(BUILD)/tests/,$(filter cuda/%,$(TESTS))) \
-	    cmd:$(BUILD)/tests/test_xsum_fixed | sed -n 's|^cmd:||p' | grep -e '/tests/cuda/' -e test_xsum_fixed || true
+	    cmd:$(BUILD)/tests/test_xsum_fixed | sed -n 's|^cmd:||p' \
+	    | grep -e '/tests/cuda/' -e '/cuda_kernels/' -e 'test_xsum_fixed$$' || true

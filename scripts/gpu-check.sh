@@ -46,7 +46,7 @@ stage() {
     case "$f" in */bench/*) cp "$f" "$STAGE/bench/" ;; *) cp "$f" "$STAGE/tests/" ;; esac
     progs+=("$f")
   done
-  sed -E 's|^build/tests/([^ ]*/)?|'"$STAGE"'/tests/|' "$STAGE/tests.list.in" >"$STAGE/tests.list"
+  sed -E 's|^build/([^ ]*/)?|'"$STAGE"'/tests/|' "$STAGE/tests.list.in" >"$STAGE/tests.list"
   rm -f "$STAGE/tests.list.in"
   # the shared libraries of the build (programs that load them at run time)
   for l in build/lib*.so.[0-9]; do [ -e "$l" ] && cp -L "$l" "$STAGE/lib/"; done
@@ -97,12 +97,12 @@ step() { # name timeout-seconds command... ; logs to LOG/name.log
 
 # ---- the build: staged, or made here ----
 if [ -f "$STAGE/tests.list" ]; then
-  TESTS_DIR=$STAGE/tests; BENCH=$STAGE/bench/syncbn-bench-gpu
+  BENCH=$STAGE/bench/syncbn-bench-gpu
   TEST_CMDS=$(cat "$STAGE/tests.list")
   echo "using the staged build in $STAGE"
 else
   step build 420 make -j"$(nproc)"
-  TESTS_DIR=build/tests/cuda; BENCH=build/bench/syncbn-bench-gpu
+  BENCH=build/bench/syncbn-bench-gpu
   TEST_CMDS=$(make -s print-gpu-tests)
 fi
 
@@ -119,13 +119,13 @@ fi
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$libpath"
 
 step nvidia-smi 30 bash -c 'nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -60; uname -a'
-{ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; for p in "$TESTS_DIR"/* "$BENCH"; do [ -x "$p" ] && { echo "== $p"; ldd "$p" | grep -E 'not found|nccl|cudart'; }; done; } >"$LOG/libraries.log" 2>&1
+{ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; for p in $(echo "$TEST_CMDS" | awk '{print $1}' | sort -u) "$BENCH"; do [ -x "$p" ] && { echo "== $p"; ldd "$p" | grep -E 'not found|nccl|cudart'; }; done; } >"$LOG/libraries.log" 2>&1
 
 # ---- every GPU test (each prints SKIP when it finds no GPU) ----
 while IFS= read -r cmd; do
   [ -n "$cmd" ] || continue
   name=$(echo "$cmd" | awk '{n = $1; sub(/.*\//, "", n); for (i = 2; i <= NF; i++) n = n "-" $i; print n}')
-  step "test-$name" 180 bash -c "$cmd"
+  step "$name" 180 bash -c "$cmd"
 done <<<"$TEST_CMDS"
 
 # ---- the benchmark and PyTorch's chain ----
@@ -144,7 +144,8 @@ fi
 # ---- compute-sanitizer on the kernel tests (GPU_CHECK_SANITIZE_MORE: more) ----
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$SAN" ]; then
-  for t in "$TESTS_DIR"/test_*kernel* ${GPU_CHECK_SANITIZE_MORE:-}; do
+  kernel_tests=$(echo "$TEST_CMDS" | awk '{print $1}' | grep -E '/test_[a-z_]*kernels?$' | sort -u)
+  for t in $kernel_tests ${GPU_CHECK_SANITIZE_MORE:-}; do
     [ -x "$t" ] || continue
     for tool in memcheck racecheck; do
       step "$tool-$(basename "$t")" 240 "$SAN" --tool "$tool" --error-exitcode 3 "$t"
