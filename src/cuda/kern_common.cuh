@@ -69,42 +69,80 @@ static inline int dtype_size(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 
 
 /* ---- groups of 8 values ---- */
 
-template <int BYTES> struct VecT;
-template <> struct VecT<2> { typedef uint16_t type; };
-template <> struct VecT<4> { typedef uint32_t type; };
-template <> struct VecT<8> { typedef uint2 type; };
-template <> struct VecT<16> { typedef uint4 type; };
-
-/* 8 values from p (aligned to V values), V per load. */
+/* 8 values at p (aligned to V values), V values per memory access. The
+ * vector types are built explicitly (float4, packed 16-bit pairs in uint32
+ * lanes), and vector stores go through __stwb (an ordinary write-back store):
+ * as plain stores, the compiler merged them with the scalar stores of a
+ * partial group's path and split them back into 4-byte stores. */
 template <class D, int V>
 __device__ __forceinline__ void load8(const typename D::S *p, float v[8]) {
   typedef typename D::S S;
-  typedef typename VecT<V * sizeof(S)>::type W;
-  static_assert(V >= 1 && V <= 8 && V * sizeof(S) <= 16, "vector width");
+  static_assert(V == 1 || V == 2 || V == 4 || V == 8, "vector width");
+  static_assert(V * sizeof(S) <= 16, "at most 16 bytes per access");
+  if (V == 1) {
 #pragma unroll
-  for (int k = 0; k < 8; k += V) {
-    union {
-      W w;
-      S e[V];
-    } u;
-    u.w = *reinterpret_cast<const W *>(p + k);
+    for (int i = 0; i < 8; i++) v[i] = D::ld(p[i]);
+  } else if (sizeof(S) == 4) {
+    const float *f = reinterpret_cast<const float *>(p);
+    if (V == 4) {
+      const float4 a = reinterpret_cast<const float4 *>(f)[0], b = reinterpret_cast<const float4 *>(f)[1];
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
 #pragma unroll
-    for (int i = 0; i < V; i++) v[k + i] = D::ld(u.e[i]);
+      for (int j = 0; j < 4; j++) {
+        const float2 a = reinterpret_cast<const float2 *>(f)[j];
+        v[2 * j] = a.x, v[2 * j + 1] = a.y;
+      }
+    }
+  } else { /* 16-bit: pairs in uint32 lanes, the lower address in the low half */
+    uint32_t w[4];
+    if (V == 8) {
+      const uint4 a = *reinterpret_cast<const uint4 *>(p);
+      w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+    } else if (V == 4) {
+      const uint2 a = reinterpret_cast<const uint2 *>(p)[0], b = reinterpret_cast<const uint2 *>(p)[1];
+      w[0] = a.x, w[1] = a.y, w[2] = b.x, w[3] = b.y;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; j++) w[j] = reinterpret_cast<const uint32_t *>(p)[j];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      v[2 * j] = D::ld((S)(w[j] & 0xffffu));
+      v[2 * j + 1] = D::ld((S)(w[j] >> 16));
+    }
   }
 }
 template <class D, int V>
 __device__ __forceinline__ void store8(typename D::S *p, const float v[8]) {
   typedef typename D::S S;
-  typedef typename VecT<V * sizeof(S)>::type W;
+  static_assert(V == 1 || V == 2 || V == 4 || V == 8, "vector width");
+  static_assert(V * sizeof(S) <= 16, "at most 16 bytes per access");
+  if (V == 1) {
 #pragma unroll
-  for (int k = 0; k < 8; k += V) {
-    union {
-      W w;
-      S e[V];
-    } u;
+    for (int i = 0; i < 8; i++) p[i] = D::st(v[i]);
+  } else if (sizeof(S) == 4) {
+    float *f = reinterpret_cast<float *>(p);
+    if (V == 4) {
+      __stwb(reinterpret_cast<float4 *>(f), make_float4(v[0], v[1], v[2], v[3]));
+      __stwb(reinterpret_cast<float4 *>(f) + 1, make_float4(v[4], v[5], v[6], v[7]));
+    } else {
 #pragma unroll
-    for (int i = 0; i < V; i++) u.e[i] = D::st(v[k + i]);
-    *reinterpret_cast<W *>(p + k) = u.w;
+      for (int j = 0; j < 4; j++) __stwb(reinterpret_cast<float2 *>(f) + j, make_float2(v[2 * j], v[2 * j + 1]));
+    }
+  } else {
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) w[j] = (uint32_t)D::st(v[2 * j]) | ((uint32_t)D::st(v[2 * j + 1]) << 16);
+    if (V == 8) {
+      __stwb(reinterpret_cast<uint4 *>(p), make_uint4(w[0], w[1], w[2], w[3]));
+    } else if (V == 4) {
+      __stwb(reinterpret_cast<uint2 *>(p), make_uint2(w[0], w[1]));
+      __stwb(reinterpret_cast<uint2 *>(p) + 1, make_uint2(w[2], w[3]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; j++) __stwb(reinterpret_cast<unsigned int *>(p) + j, w[j]);
+    }
   }
 }
 
