@@ -12,9 +12,13 @@
  *            signature, exactly what sbn_bn_forward calls between its passes
  *            (the backward's 2C doubles take the same path);
  *   binned   MPI_Allreduce of 2C+2 binned sums (24 bytes each) with the
- *            library's merge operation: the bytes syncbn moves, without the
- *            encoding, decoding and polling (the bandwidth bound of the
- *            format).
+ *            library's merge operation: the bytes syncbn's fallback path
+ *            moves, without the encoding, decoding and polling;
+ * and which path syncbn's sums took (integer lanes / lanes redone as
+ * binned sums because a term left its window / binned). The buffer is
+ * summed in place call after call, so its values grow by a factor P per
+ * call within a batch (and are reset between batches): a term now and then
+ * leaves its window, as in a training loop whose statistics drift.
  * Each number: median over `batches` (default 200) of the mean of `calls`
  * (default 20) back-to-back calls after a barrier, on rank 0's clock; the
  * methods take turns batch by batch so load changes hit them alike. */
@@ -25,6 +29,7 @@
 
 #include "../src/comm/comm.h" /* the layer's entry point into a group */
 #include "../src/comm/exact_sum.h"
+#include "../src/comm/mpi_paths.h"
 #include "syncbn_mpi.h"
 
 enum { M_RAW, M_RAWNB, M_LIB, M_BINNED, M_COUNT };
@@ -107,8 +112,8 @@ int main(int argc, char **argv) {
   static const int64_t Cs[] = {64, 256, 1024, 4096};
   if (rank == 0) {
     printf("syncbn MPI collective latency: %d ranks, median of %d batches x %d calls, us per call\n", P, batches, calls);
-    printf("| ranks | C | payload (doubles) | raw MPI_Allreduce | raw MPI_Iallreduce | syncbn | syncbn / raw | binned MPI_Allreduce |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
+    printf("| ranks | C | payload (doubles) | raw MPI_Allreduce | raw MPI_Iallreduce | syncbn | syncbn / raw | binned MPI_Allreduce | syncbn's sums: lanes / fallback / binned |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
   }
   MPI_Comm raw;
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
@@ -119,10 +124,14 @@ int main(int argc, char **argv) {
   }
   for (int ci = 0; ci < 4; ci++) {
     double us[M_COUNT];
+    uint64_t p0[3], p1[3];
+    sbn_mpi_path_counts(g, p0);
     measure(raw, g, Cs[ci], batches, calls, us);
+    sbn_mpi_path_counts(g, p1);
     if (rank == 0)
-      printf("| %d | %lld | %lld | %.2f | %.2f | %.2f | %.2fx | %.2f |\n", P, (long long)Cs[ci],
-             (long long)(2 * Cs[ci] + 1), us[M_RAW], us[M_RAWNB], us[M_LIB], us[M_LIB] / us[M_RAW], us[M_BINNED]);
+      printf("| %d | %lld | %lld | %.2f | %.2f | %.2f | %.2fx | %.2f | %llu / %llu / %llu |\n", P, (long long)Cs[ci],
+             (long long)(2 * Cs[ci] + 1), us[M_RAW], us[M_RAWNB], us[M_LIB], us[M_LIB] / us[M_RAW], us[M_BINNED],
+             (unsigned long long)(p1[0] - p0[0]), (unsigned long long)(p1[1] - p0[1]), (unsigned long long)(p1[2] - p0[2]));
     fflush(stdout);
   }
   sbn_group_destroy(g);

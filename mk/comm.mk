@@ -1,8 +1,8 @@
 # Process groups: exact summation shared by every backend, its unit test,
 # and the threads backend's stress tests (also under ASan and TSan).
 .DEFAULT_GOAL := all
-LIB_SRCS += src/comm/exact_sum.c
-TESTS += test_exact_sum test_threads_stress test_timeout_forever
+LIB_SRCS += src/comm/exact_sum.c src/comm/exact_lanes.c src/comm/sum_plan.c
+TESTS += test_exact_sum test_exact_lanes test_threads_stress test_timeout_forever
 
 # The threads backend and the status code built with a sanitizer, straight
 # from their sources (not in the sanitizer builds of mk/sanitize.mk, which

@@ -150,7 +150,7 @@ static inline int bitlen128(unsigned __int128 v) {
 
 /* The sum rounded to p significant bits (53: double, 24: float, with the
  * matching subnormal floor), as a double that holds it exactly. */
-static double decode1(const sbn_xbin *e, int p) {
+static inline double decode1(const sbn_xbin *e, int p) {
   const int64_t w0 = e->w[0];
   const int tag = (int)(w0 & 63), fl = (int)((w0 >> 6) & 7);
   if ((fl & F_NAN) || ((fl & F_PINF) && (fl & F_NINF))) return NAN;
@@ -184,10 +184,7 @@ static double decode1(const sbn_xbin *e, int p) {
      * should). float: the same from a correctly rounded float conversion,
      * when the result is a normal float (else the general path below). */
     const unsigned __int128 v = ((unsigned __int128)hi << 76) | lo;
-    uint64_t bits = (uint64_t)(base - 1074 + 1023) << 52;
-    double scale;
-    memcpy(&scale, &bits, sizeof scale);
-    const double mag = p == 53 ? (double)v * scale : (double)(float)v * scale;
+    const double mag = sbn_xsum_round_u128(v, p, base - 1074);
     if (p == 53 || mag >= 0x1p-126) return neg ? -mag : mag;
   }
   const int rmin = (p == 53 ? 0 : 1074 - 149) - base; /* smallest subnormal's bit */
@@ -231,6 +228,17 @@ void sbn_xsum_decode_f64(double *out, const sbn_xbin *in, size_t n) {
 
 void sbn_xsum_decode_f32(float *out, const sbn_xbin *in, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = (float)decode1(&in[i], 24);
+}
+
+double sbn_xsum_round(const sbn_xbin *e, int p) { return decode1(e, p); }
+
+sbn_xbin sbn_xsum_make(int T, int64_t s0, int64_t s1, int64_t s2) {
+  return (sbn_xbin){{pack0(s0, 0, T + 1), s1, s2}};
+}
+
+int sbn_xsum_top(const sbn_xbin *e) {
+  const int tag = (int)(e->w[0] & 63);
+  return tag == 0 || tag == TAG_CTRL ? -1 : tag - 1;
 }
 
 sbn_xbin sbn_xsum_ctrl(uint64_t hash, int status) {

@@ -31,6 +31,35 @@ void sbn_xsum_add(sbn_xbin *acc, double x);
 /* Correctly rounded (to nearest, ties to even) value of each sum. */
 void sbn_xsum_decode_f64(double *out, const sbn_xbin *in, size_t n);
 void sbn_xsum_decode_f32(float *out, const sbn_xbin *in, size_t n);
+/* One sum rounded to p = 53 (double) or 24 (float) significant bits, as a
+ * double that holds it exactly. */
+double sbn_xsum_round(const sbn_xbin *e, int p);
+/* v (0 < v < 2^127) rounded to p = 53 or 24 bits, times 2^scale, when
+ * 2^scale is a normal double (scale >= -1022) and v 2^scale < 2^1024 (else
+ * inf); a float result below 2^-126 is not rounded as a subnormal float
+ * (the caller checks). The library's 128-bit conversion is slow, so the
+ * top 63 bits of v, with the bits below folded into the lowest one (a
+ * sticky bit: 63 > p + 1, so ties and halves are seen as they are), go
+ * through the hardware's correctly rounded 64-bit conversion; both
+ * scalings are by powers of two, exact unless the result overflows. */
+static inline double sbn_xsum_round_u128(unsigned __int128 v, int p, int scale) {
+  const uint64_t hi = (uint64_t)(v >> 64), lo = (uint64_t)v;
+  const int len = hi ? 128 - __builtin_clzll(hi) : 64 - __builtin_clzll(lo);
+  const int sh = len > 63 ? len - 63 : 0;
+  uint64_t t = (uint64_t)(v >> sh);
+  t |= (uint64_t)(sh && lo << (64 - sh) != 0); /* sh <= 64: the bits below are in lo */
+  const double r = p == 53 ? (double)(int64_t)t : (double)(float)(int64_t)t;
+  const uint64_t bits = (uint64_t)(scale + sh + 1023) << 52;
+  double f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return r * f;
+}
+/* The finite sum s0 2^76 + s1 2^38 + s2 (units of bin T-2; any signs, no
+ * carries needed) with top bin T, 0 <= T <= 55; |s0| < 2^54. */
+sbn_xbin sbn_xsum_make(int T, int64_t s0, int64_t s1, int64_t s2);
+/* The top bin of a sum of finite terms (its largest term's), or -1 when it
+ * holds no finite nonzero term or is a control element. */
+int sbn_xsum_top(const sbn_xbin *e);
 
 /* A control element rides in the same reduction as the data (the MPI
  * backend's signature check): it merges as min and max of a 64-bit hash and

@@ -5,18 +5,29 @@
  * ONE ENGINE ALL-REDUCE PER COLLECTIVE. Every collective is one
  * MPI_Iallreduce, so it costs what the engine's own algorithms cost
  * (O(log P) latency, O(count) bytes per rank), whatever P. What makes that
- * deterministic is the sum, not the order: values travel as exact binned
- * sums (exact_sum.c, 24 bytes per value) merged by a commutative user
- * MPI_Op; any reduction tree gives the same bits on every rank, run after
- * run, for every algorithm the engine picks, equal to the threads backend.
+ * deterministic is the sum, not the order: values travel as exact sums
+ * whose merge is exactly associative and commutative, so any reduction
+ * tree gives the same bits on every rank, run after run, for every
+ * algorithm the engine picks, equal to the threads backend. Two forms of
+ * the same sum (the same bits, exact_lanes.h):
+ *  - integer lanes (16 bytes per value, the engine's built-in MPI_SUM on
+ *    int64): each value encoded in a window predicted from the previous
+ *    call of the same collective (sum_plan.h); used when every rank's
+ *    terms fit their windows, in groups of up to 63 ranks;
+ *  - binned sums (exact_sum.c, 24 bytes per value, a commutative user
+ *    MPI_Op): the first call of a collective, a call whose terms left
+ *    their windows (redone this way), larger groups.
  *
- * SIGNATURE IN THE SAME REDUCTION. Element 0 of every reduction is a
- * control element carrying min and max of a 64-bit hash of this rank's
+ * SIGNATURE IN THE SAME REDUCTION. Element 0 of every binned reduction is
+ * a control element carrying min and max of a 64-bit hash of this rank's
  * signature (kind, layer, count, dtype, extra) and the max of the ranks'
- * local statuses. min == max and status OK: everyone called the same
- * collective, the payload is valid. Otherwise (rare) a slower exchange
- * (MPI_Iallgather of fixed-size signatures) gives every rank today's
- * detailed verdict: who called what, which rank failed and why.
+ * local statuses; min == max and status OK: everyone called the same
+ * collective, the payload is valid. Lane reductions carry the hash as
+ * sums of 16-bit pieces and of their squares (equal on all ranks iff
+ * P sum(h^2) == (sum h)^2) and the number of failed ranks. Otherwise
+ * (rare) a slower exchange (MPI_Iallgather of fixed-size signatures) gives
+ * every rank today's detailed verdict: who called what, which rank failed
+ * and why.
  *
  * COUNTS MUST MATCH BEFORE THEY ARE KNOWN TO. An MPI collective with
  * different counts on different ranks is erroneous, and a rank may call
@@ -26,7 +37,8 @@
  * time; a training loop repeats, so after the first step it is right). A
  * rank whose count is not the prediction sends only its control element
  * (padding empty); when all agree, the payload follows in a second
- * reduction of the now agreed count. Broadcast, barrier and split use the
+ * reduction of the now agreed count. The layout (lanes or binned) is
+ * predicted the same way (sum_plan.h). Broadcast, barrier and split use the
  * same first reduction (payload 0), then MPI_Ibcast / MPI_Comm_split.
  *
  * WAITING. Requests are polled (spin briefly, then sched_yield, then short
@@ -83,7 +95,10 @@
 #include <string.h>
 
 #include "comm.h"
+#include "mpi_paths.h"
+#include "exact_lanes.h"
 #include "exact_sum.h"
+#include "sum_plan.h"
 
 #if !SBN_WITH_MPI
 
@@ -110,7 +125,7 @@ enum {
   TAG_CTRL = 0x5b02,
   WHAT_MAX = 256,        /* sizeof(sbn_sig.what) */
   TEXT_MAX = 720,
-  PREDICT_SLOTS = 256,
+  NCTRL_LANES = 10,      /* the control lanes of an integer-lane reduction */
   CHUNK = 1 << 20,       /* values per reduction (24 MiB of binned sums) */
   CTRL_QUERY = 1, CTRL_REPLY, CTRL_GAVEUP
 };
@@ -154,9 +169,10 @@ typedef struct mpi_impl {
   int gaveup_named;
   uint64_t gaveup_seq;
   char gaveup_text[TEXT_MAX];
-  /* count prediction (common to all ranks: a function of agreed signatures) */
+  /* count and window prediction (common to all ranks: a function of agreed data) */
   uint64_t prev_key;
-  struct { uint64_t key; int64_t count; } predict[PREDICT_SLOTS];
+  sbn_plans plans;
+  uint64_t path_count[3]; /* sums done in lanes, lanes then binned fallback, binned */
   /* buffers */
   sbn_xbin *xs, *x;      /* send and receive buffers (not in place: the engine may then
                           * pick a reduce-scatter + all-gather for large payloads) */
@@ -398,10 +414,13 @@ static int ensure_x(mpi_impl *m, size_t n) {
   return 1;
 }
 
-static sbn_status start_and_wait(sbn_group *g, int count, const char *what, double deadline) {
+/* One reduction of xs into x: `count` binned sums (lanes = 0) or integer
+ * lanes (lanes = 1: MPI_SUM of int64, the engine's built-in sum). */
+static sbn_status start_and_wait(sbn_group *g, int count, int lanes, const char *what, double deadline) {
   mpi_impl *m = g->impl;
   MPI_Request req;
-  int rc = MPI_Iallreduce(m->xs, m->x, count, xbin_type, xbin_op, m->comm, &req);
+  int rc = lanes ? MPI_Iallreduce(m->xs, m->x, count, MPI_INT64_T, MPI_SUM, m->comm, &req)
+                 : MPI_Iallreduce(m->xs, m->x, count, xbin_type, xbin_op, m->comm, &req);
   if (rc != MPI_SUCCESS) {
     sbn_status st = backend_error(g, rc, "MPI_Iallreduce", what);
     break_group(g, st, sbn_last_error());
@@ -446,8 +465,36 @@ static sbn_status slow_verdict(sbn_group *g, const sbn_sig *sig, double deadline
   return st;
 }
 
+/* Control lanes of an integer-lane reduction (MPI_SUM only, so min/max are
+ * out): 16-bit pieces h_k of the signature hash and their squares, the
+ * number of failed ranks, the number of ranks with a term outside its
+ * window. All ranks' pieces are equal iff P sum(h_k^2) == (sum h_k)^2
+ * (Cauchy-Schwarz; exact in 64 bits for P <= SBN_XLANES_MAX_TERMS), a test
+ * of the reduced lanes alone, so every rank reaches the same verdict. */
+static void ctrl_lanes(int64_t *l, uint64_t hash, int status, size_t misfits) {
+  for (int k = 0; k < 4; k++) {
+    const int64_t h = (int64_t)((hash >> (16 * k)) & 0xffff);
+    l[k] = h, l[4 + k] = h * h;
+  }
+  l[8] = status != SBN_STATUS_OK, l[9] = misfits != 0;
+}
+static int ctrl_lanes_agree(const int64_t *l, int P) {
+  for (int k = 0; k < 4; k++)
+    if ((uint64_t)P * (uint64_t)l[4 + k] != (uint64_t)l[k] * (uint64_t)l[k]) return 0;
+  return l[8] == 0;
+}
+
 /* The common part of every collective: agree on the signature and, for a
- * sum, reduce `n` values of buf (n = 0 otherwise). */
+ * sum, reduce `n` values of buf (n = 0 otherwise).
+ *
+ * The first reduction's layout is predicted (sum_plan.h: the same on every
+ * rank): integer lanes (NCTRL_LANES control lanes, then 2 per value, MPI_SUM)
+ * when the plan has windows that worked, else binned sums (the control
+ * element, then the values; a commutative user MPI_Op). A rank whose count
+ * is not the predicted one sends padding (zeros: empty sums that fit any
+ * window). When some rank's term does not fit its window, the values go
+ * again as binned sums (the result is the same bits either way, see
+ * exact_lanes.h; only the time differs). */
 static sbn_status collective(sbn_group *g, const sbn_sig *sig, void *buf, size_t n, sbn_dtype dtype) {
   mpi_impl *m = g->impl;
   if (m->broken) return broken_error(g, sig->what);
@@ -457,47 +504,89 @@ static sbn_status collective(sbn_group *g, const sbn_sig *sig, void *buf, size_t
   const double deadline = now_s() + g->timeout_s; /* inf: wait forever */
   if (g->size == 1) return sbn_sig_verdict(g, sig, 0); /* nothing to sum (buf unchanged, as threads) */
   if (sig->status != SBN_STATUS_OK) n = 0;
-  /* The first reduction's count: the prediction (the same on every rank). */
-  const unsigned slot = (unsigned)(m->prev_key % PREDICT_SLOTS);
-  const size_t first = m->predict[slot].key == m->prev_key ? (size_t)m->predict[slot].count : 0;
+  const int f64 = dtype == SBN_DTYPE_FLOAT64;
+  sbn_plan *pl = sbn_plan_at(&m->plans, m->prev_key);
+  const size_t first = sbn_plan_count(pl, m->prev_key);
+  const int lanes = g->size <= SBN_XLANES_MAX_TERMS && sbn_plan_lanes(pl, m->prev_key);
   const int inline_payload = n == first && n > 0;
-  if (!ensure_x(m, 1 + first))
+  if (!ensure_x(m, 4 + first) || !sbn_plan_reserve(pl, n <= CHUNK ? n : 0))
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %s", g->name, sig->what);
   const uint64_t hash = sig_hash(sig);
-  m->xs[0] = sbn_xsum_ctrl(hash, sig->status);
-  if (inline_payload) {
-    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_encode_f64(m->xs + 1, buf, n);
-    else sbn_xsum_encode_f32(m->xs + 1, buf, n);
-  } else if (first) {
-    memset(m->xs + 1, 0, sizeof *m->xs * first);
+  sbn_plan_outcome how = SBN_PLAN_BINNED;
+  int probe_ok = 0;
+  sbn_status st;
+  if (lanes) {
+    int64_t *l = (int64_t *)m->xs, *r = (int64_t *)m->x;
+    size_t mis = 0;
+    if (inline_payload) mis = f64 ? sbn_xlanes_encode_f64(l + NCTRL_LANES, buf, pl->top, n)
+                                  : sbn_xlanes_encode_f32(l + NCTRL_LANES, buf, pl->top, n);
+    else memset(l + NCTRL_LANES, 0, 2 * sizeof *l * first);
+    ctrl_lanes(l, hash, sig->status, mis);
+    st = start_and_wait(g, (int)(NCTRL_LANES + 2 * first), 1, sig->what, deadline);
+    if (st != SBN_STATUS_OK) return st;
+    if (!ctrl_lanes_agree(r, g->size)) {
+      m->prev_key = 0x5eed0fe77ab1e5ull; /* after a disagreement: a fixed state */
+      return slow_verdict(g, sig, deadline);
+    }
+    if (inline_payload && r[9] == 0) {
+      if (f64) sbn_xlanes_decode_f64(buf, r + NCTRL_LANES, pl->top, n);
+      else sbn_xlanes_decode_f32(buf, r + NCTRL_LANES, pl->top, n);
+      sbn_plan_learn(pl, m->prev_key, n, SBN_PLAN_LANES_FIT, 0, NULL);
+      m->path_count[0]++;
+      m->prev_key = hash;
+      return SBN_STATUS_OK;
+    }
+    if (inline_payload) how = SBN_PLAN_LANES_MISFIT;
+  } else {
+    /* probe: do this rank's terms fit the plan's windows? (the max over
+     * ranks rides in the control element's status field, below the status) */
+    const int probe = sbn_plan_probe(pl, m->prev_key, n) && inline_payload;
+    const int mis = probe ? (f64 ? sbn_xlanes_misfits_f64(buf, pl->top, n) : sbn_xlanes_misfits_f32(buf, pl->top, n)) != 0 : 1;
+    m->xs[0] = sbn_xsum_ctrl(hash, 2 * (int)sig->status + mis);
+    if (inline_payload) {
+      if (f64) sbn_xsum_encode_f64(m->xs + 1, buf, n);
+      else sbn_xsum_encode_f32(m->xs + 1, buf, n);
+    } else if (first) {
+      memset(m->xs + 1, 0, sizeof *m->xs * first);
+    }
+    st = start_and_wait(g, (int)(1 + first), 0, sig->what, deadline);
+    if (st != SBN_STATUS_OK) return st;
+    int maxst = 0;
+    if (!sbn_xsum_ctrl_read(&m->x[0], &maxst) || maxst >> 1 != SBN_STATUS_OK) {
+      m->prev_key = 0x5eed0fe77ab1e5ull; /* after a disagreement: a fixed state */
+      return slow_verdict(g, sig, deadline);
+    }
+    if (inline_payload) {
+      if (f64) sbn_xsum_decode_f64(buf, m->x + 1, n);
+      else sbn_xsum_decode_f32(buf, m->x + 1, n);
+      sbn_plan_learn(pl, m->prev_key, n, SBN_PLAN_BINNED, !(maxst & 1), m->x + 1);
+      m->path_count[2]++;
+      m->prev_key = hash;
+      return SBN_STATUS_OK;
+    }
   }
-  sbn_status st = start_and_wait(g, (int)(1 + first), sig->what, deadline);
-  if (st != SBN_STATUS_OK) return st;
-  int maxst = 0;
-  if (!sbn_xsum_ctrl_read(&m->x[0], &maxst) || maxst != SBN_STATUS_OK) {
-    m->prev_key = 0x5eed0fe77ab1e5ull; /* after a disagreement: a fixed state */
-    return slow_verdict(g, sig, deadline);
-  }
-  m->predict[slot].key = m->prev_key; /* everyone agreed: learn the count */
-  m->predict[slot].count = n <= CHUNK ? (int64_t)n : 0;
-  m->prev_key = hash;
-  if (inline_payload) {
-    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_decode_f64(buf, m->x + 1, n);
-    else sbn_xsum_decode_f32(buf, m->x + 1, n);
-    return SBN_STATUS_OK;
-  }
-  for (size_t off = 0; off < n; off += CHUNK) { /* the agreed count, in pieces */
+  /* Everyone agreed, and the values still have to go: binned sums of the
+   * agreed count, in pieces. */
+  for (size_t off = 0; off < n; off += CHUNK) {
     const size_t k = n - off < CHUNK ? n - off : CHUNK;
     if (!ensure_x(m, k))
       return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %s", g->name, sig->what);
-    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_encode_f64(m->xs, (double *)buf + off, k);
+    if (f64) sbn_xsum_encode_f64(m->xs, (double *)buf + off, k);
     else sbn_xsum_encode_f32(m->xs, (float *)buf + off, k);
-    st = start_and_wait(g, (int)k, sig->what, deadline);
+    st = start_and_wait(g, (int)k, 0, sig->what, deadline);
     if (st != SBN_STATUS_OK) return st;
-    if (dtype == SBN_DTYPE_FLOAT64) sbn_xsum_decode_f64((double *)buf + off, m->x, k);
+    if (f64) sbn_xsum_decode_f64((double *)buf + off, m->x, k);
     else sbn_xsum_decode_f32((float *)buf + off, m->x, k);
   }
+  sbn_plan_learn(pl, m->prev_key, n <= CHUNK ? n : 0, how, probe_ok, n <= CHUNK ? m->x : NULL);
+  if (n) m->path_count[how == SBN_PLAN_LANES_MISFIT ? 1 : 2]++;
+  m->prev_key = hash;
   return SBN_STATUS_OK;
+}
+
+void sbn_mpi_path_counts(const sbn_group *g, uint64_t out[3]) {
+  const mpi_impl *m = g->ops == &mpi_ops ? g->impl : NULL;
+  for (int i = 0; i < 3; i++) out[i] = m ? m->path_count[i] : 0;
 }
 
 static sbn_status mpi_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype dtype, const sbn_sig *sig) {
@@ -532,6 +621,7 @@ static sbn_status mpi_barrier(sbn_group *g, const sbn_sig *sig) {
 static void impl_free(mpi_impl *m) {
   if (!m) return;
   for (int i = 0; i < m->n_out; i++) free(m->outbox[i]);
+  sbn_plans_free(&m->plans);
   free(m->outbox), free(m->x), free(m->xs), free(m->sigs_wire), free(m->sigs), free(m);
 }
 

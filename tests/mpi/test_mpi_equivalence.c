@@ -17,6 +17,8 @@
 #include <mpi.h>
 #include <stdio.h>
 
+#include "../../src/comm/exact_lanes.h"
+#include "../../src/comm/mpi_paths.h"
 #include "mpi_case.h"
 #include "syncbn_mpi.h"
 
@@ -208,6 +210,75 @@ static int check_collectives(sbn_group *g, int rank, const char *label) {
   return bad;
 }
 
+/* The same collective again and again, as a training loop calls it, with
+ * magnitudes that hold for a while, jump up, jump down, cancel, and one
+ * rank far below the others: after the first call the values go as
+ * integer lanes in predicted windows, falling back to binned sums when a
+ * term leaves its window. Every result must be bitwise the binned exact sum
+ * of all ranks' terms (computed here in rank order, from the same inputs),
+ * whichever path it took; the path counts are printed (lanes must have
+ * been used, and the fallback too). Returns failures (rank 0's count). */
+static int check_repeats(sbn_group *g, int rank) {
+  const int P = sbn_group_size(g), me = sbn_group_rank(g);
+  static const int scale[] = {0, 0, 1, -1, 0, 40, 40, 41, -30, -30, 0, 0, 0, 0, 3, 0};
+  enum { STEPS = sizeof scale / sizeof *scale };
+  int bad = 0;
+  uint64_t before[3], after[3];
+  sbn_mpi_path_counts(g, before);
+  for (int dt = 0; dt < 2; dt++)
+    for (size_t n = 129; n <= 4097; n += 3968) {
+      const sbn_dtype dtype = dt ? SBN_DTYPE_FLOAT32 : SBN_DTYPE_FLOAT64;
+      double *all = malloc(8 * n * (size_t)P), *mine = malloc(8 * n), *want = malloc(8 * n);
+      float *minef = (float *)mine;
+      size_t wrong = 0;
+      for (int k = 0; k < STEPS; k++) {
+        rng r = rng_seed(4242 + (uint64_t)k * 7 + n);
+        for (int q = 0; q < P; q++)
+          for (size_t i = 0; i < n; i++) {
+            double v = ldexp(rng_normal(&r) * pow(10.0, rng_int(&r, -3, 3)), scale[k]);
+            if (k == 12 && q == P - 1) v = ldexp(v, -60);                      /* one rank far below */
+            if (k == 13 && q == P - 1 && i % 2) v = -all[i];                   /* cancellation */
+            all[(size_t)q * n + i] = dt ? (float)v : v;
+          }
+        for (size_t i = 0; i < n; i++) {
+          sbn_xbin acc = sbn_xsum_zero();
+          for (int q = 0; q < P; q++) sbn_xsum_add(&acc, all[(size_t)q * n + i]);
+          if (dt) {
+            float f;
+            sbn_xsum_decode_f32(&f, &acc, 1);
+            want[i] = f;
+            minef[i] = (float)all[(size_t)me * n + i];
+          } else {
+            sbn_xsum_decode_f64(&want[i], &acc, 1);
+            mine[i] = all[(size_t)me * n + i];
+          }
+        }
+        sbn_status st = sbn_group_allreduce(g, mine, n, dtype, SBN_REDUCE_OP_SUM);
+        for (size_t i = 0; i < n; i++)
+          wrong += st != SBN_STATUS_OK || (dt ? memcmp(&minef[i], &(float){(float)want[i]}, 4) : memcmp(&mine[i], &want[i], 8)) != 0;
+      }
+      int fail = wrong != 0, any = 0;
+      MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+      bad += any;
+      if (rank == 0)
+        printf("%-4s repeated allreduce %5zu x %s, %d calls (magnitude jumps, cancellation, a rank 2^-60 below): "
+               "%zu elements differ from the binned exact sum\n", any ? "FAIL" : "ok", n, dt ? "float32" : "float64",
+               STEPS, wrong);
+      free(all), free(mine), free(want);
+    }
+  sbn_mpi_path_counts(g, after);
+  const uint64_t lanes = after[0] - before[0], fallback = after[1] - before[1], binned = after[2] - before[2];
+  const int used = P > SBN_XLANES_MAX_TERMS || (lanes > 0 && fallback > 0);
+  int any = 0;
+  MPI_Allreduce(&(int){!used}, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+  bad += any;
+  if (rank == 0)
+    printf("%-4s paths of those sums: %llu integer lanes, %llu lanes then binned fallback, %llu binned "
+           "(lanes and fallback must both occur for P <= %d)\n", any ? "FAIL" : "ok", (unsigned long long)lanes,
+           (unsigned long long)fallback, (unsigned long long)binned, SBN_XLANES_MAX_TERMS);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, P;
@@ -225,6 +296,7 @@ int main(int argc, char **argv) {
   if (rank == 0) printf("MPI equivalence suite: %d ranks, %d cases, group '%s' (%s)\n", P, ncases,
                         sbn_group_name(world), sbn_group_backend(world));
   failures += check_collectives(world, rank, "world:");
+  if (P >= 2) failures += check_repeats(world, rank);
   if (P >= 2) { /* a split sub-group (odd/even ranks, reversed by key) */
     sbn_group *sub = NULL;
     st = sbn_group_split(&sub, world, rank % 2, -rank);
