@@ -18,7 +18,8 @@ NCCL_HOME ?= $(CUDA_HOME)
 NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_90,code=compute_90
 NCCL_INCDIR := $(patsubst %/nccl.h,%,$(firstword $(wildcard $(NCCL_HOME)/include/nccl.h /usr/include/nccl.h)))
-NCCL_LIBDIR := $(patsubst %/libnccl.so,%,$(firstword $(wildcard $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
+# libnccl.so.2 is enough (the nvidia-nccl wheel ships no unversioned link).
+NCCL_LIBDIR := $(patsubst %/libnccl.so.2,%,$(firstword $(wildcard $(NCCL_HOME)/lib/libnccl.so.2 $(NCCL_HOME)/lib64/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2)))
 CUDART_LIBDIR := $(patsubst %/libcudart.so,%,$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so $(CUDA_HOME)/lib/libcudart.so)))
 # The sanitizer builds (SBN_SANITIZE=1) leave NCCL out: the CUDA runtime and
 # libnccl are not instrumented; the stub is what they check.
@@ -30,7 +31,7 @@ NCCL_CU_OBJ := $(BUILD)/nccl/nccl_xsum.o
 # What a program linking libsyncbn_nccl.a needs after the archives.
 nccl_comma := ,
 NCCL_LINK = $(if $(NCCL_ENABLED),-L$(NCCL_LIBDIR) -L$(CUDART_LIBDIR) -Wl$(nccl_comma)-rpath$(nccl_comma)$(NCCL_LIBDIR) \
-              -Wl$(nccl_comma)-rpath$(nccl_comma)$(CUDART_LIBDIR) -lnccl -lcudart -lstdc++)
+              -Wl$(nccl_comma)-rpath$(nccl_comma)$(CUDART_LIBDIR) -l:libnccl.so.2 -lcudart -lstdc++)
 NCCL_CFLAGS = $(if $(NCCL_ENABLED),-DSBN_WITH_NCCL=1 -I$(NCCL_INCDIR) -I$(CUDA_HOME)/include)
 
 NCCL_STATE := $(if $(NCCL_ENABLED),nccl $(NVCC) $(NCCL_INCDIR) $(NCCL_LIBDIR) $(NVCC_GENCODE),none)

@@ -101,6 +101,11 @@ if [ -f "$STAGE/tests.list" ]; then
   TEST_CMDS=$(cat "$STAGE/tests.list")
   echo "using the staged build in $STAGE"
 else
+  # NCCL's header and library from PyTorch's nvidia-nccl wheel when the CUDA
+  # toolkit has none
+  if [ -z "${NCCL_HOME:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ] && [ ! -f /usr/include/nccl.h ]; then
+    NCCL_HOME=$("$PYTHON" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null) && export NCCL_HOME
+  fi
   step build 420 make -j"$(nproc)"
   BENCH=build/bench/syncbn-bench-gpu
   TEST_CMDS=$(make -s print-gpu-tests)
@@ -142,7 +147,7 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 # ---- compute-sanitizer on the kernel tests (GPU_CHECK_SANITIZE_MORE: more) ----
-SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$SAN" ]; then
   kernel_tests=$(echo "$TEST_CMDS" | awk '{print $1}' | grep -E '/test_[a-z_]*kernels?$' | sort -u)
   for t in $kernel_tests ${GPU_CHECK_SANITIZE_MORE:-}; do
