@@ -11,9 +11,13 @@
  *   syncbn   the layer's collective: sbn_comm_allreduce with the forward's
  *            signature, exactly what sbn_bn_forward calls between its passes
  *            (the backward's 2C doubles take the same path);
+ *   lanes    MPI_Allreduce(MPI_SUM) of the integer lanes syncbn sends (2
+ *            int64 per value plus 10 control lanes): the bytes and the
+ *            operation of syncbn's usual path through the engine's blocking
+ *            call, without encoding, decoding and polling (its floor);
  *   binned   MPI_Allreduce of 2C+2 binned sums (24 bytes each) with the
  *            library's merge operation: the bytes syncbn's fallback path
- *            moves, without the encoding, decoding and polling;
+ *            moves, the same way;
  * and which path syncbn's sums took (integer lanes / lanes redone as
  * binned sums because a term left its window / binned). The buffer is
  * summed in place call after call, so its values grow by a factor P per
@@ -32,7 +36,7 @@
 #include "../src/comm/mpi_paths.h"
 #include "syncbn_mpi.h"
 
-enum { M_RAW, M_RAWNB, M_LIB, M_BINNED, M_COUNT };
+enum { M_RAW, M_RAWNB, M_LIB, M_LANES, M_BINNED, M_COUNT };
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -46,7 +50,7 @@ static void xmerge(void *in, void *inout, int *len, MPI_Datatype *t) {
   sbn_xsum_merge(inout, in, (size_t)*len);
 }
 
-typedef struct bufs { double *buf; sbn_xbin *x; } bufs;
+typedef struct bufs { double *buf; sbn_xbin *x; int64_t *lanes; } bufs;
 
 static void run_op(int m, MPI_Comm comm, sbn_group *g, bufs *b, size_t n, int64_t C) {
   switch (m) {
@@ -66,6 +70,9 @@ static void run_op(int m, MPI_Comm comm, sbn_group *g, bufs *b, size_t n, int64_
       sbn_comm_allreduce(g, b->buf, n, SBN_DTYPE_FLOAT64, &sig);
       break;
     }
+    case M_LANES:
+      MPI_Allreduce(MPI_IN_PLACE, b->lanes, 2 * (int)n + 10, MPI_INT64_T, MPI_SUM, comm);
+      break;
     case M_BINNED:
       MPI_Allreduce(MPI_IN_PLACE, b->x, (int)n + 1, xtype, xop, comm);
       break;
@@ -78,6 +85,7 @@ static void measure(MPI_Comm comm, sbn_group *g, int64_t C, int batches, int cal
   bufs b;
   b.buf = malloc(8 * n);
   b.x = calloc(n + 1, sizeof *b.x);
+  b.lanes = calloc(2 * n + 10, sizeof *b.lanes); /* zeros: sums stay zero over repeats */
   double *t[M_COUNT];
   for (int m = 0; m < M_COUNT; m++) t[m] = malloc(sizeof(double) * (size_t)batches);
   for (size_t i = 0; i < n; i++) b.buf[i] = 1e-3 * (double)(i % 97);
@@ -97,7 +105,7 @@ static void measure(MPI_Comm comm, sbn_group *g, int64_t C, int batches, int cal
     out[m] = t[m][batches / 2];
     free(t[m]);
   }
-  free(b.buf), free(b.x);
+  free(b.buf), free(b.x), free(b.lanes);
 }
 
 int main(int argc, char **argv) {
@@ -112,8 +120,8 @@ int main(int argc, char **argv) {
   static const int64_t Cs[] = {64, 256, 1024, 4096};
   if (rank == 0) {
     printf("syncbn MPI collective latency: %d ranks, median of %d batches x %d calls, us per call\n", P, batches, calls);
-    printf("| ranks | C | payload (doubles) | raw MPI_Allreduce | raw MPI_Iallreduce | syncbn | syncbn / raw | binned MPI_Allreduce | syncbn's sums: lanes / fallback / binned |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("| ranks | C | payload (doubles) | raw MPI_Allreduce | raw MPI_Iallreduce | syncbn | syncbn / raw | lanes MPI_Allreduce | binned MPI_Allreduce | syncbn's sums: lanes / fallback / binned |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
   }
   MPI_Comm raw;
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
@@ -129,8 +137,8 @@ int main(int argc, char **argv) {
     measure(raw, g, Cs[ci], batches, calls, us);
     sbn_mpi_path_counts(g, p1);
     if (rank == 0)
-      printf("| %d | %lld | %lld | %.2f | %.2f | %.2f | %.2fx | %.2f | %llu / %llu / %llu |\n", P, (long long)Cs[ci],
-             (long long)(2 * Cs[ci] + 1), us[M_RAW], us[M_RAWNB], us[M_LIB], us[M_LIB] / us[M_RAW], us[M_BINNED],
+      printf("| %d | %lld | %lld | %.2f | %.2f | %.2f | %.2fx | %.2f | %.2f | %llu / %llu / %llu |\n", P, (long long)Cs[ci],
+             (long long)(2 * Cs[ci] + 1), us[M_RAW], us[M_RAWNB], us[M_LIB], us[M_LIB] / us[M_RAW], us[M_LANES], us[M_BINNED],
              (unsigned long long)(p1[0] - p0[0]), (unsigned long long)(p1[1] - p0[1]), (unsigned long long)(p1[2] - p0[2]));
     fflush(stdout);
   }

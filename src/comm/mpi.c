@@ -119,6 +119,7 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t com
 #include <sched.h>
 #include <time.h>
 
+#include "mpi_reqs.h"
 #include "syncbn_mpi.h"
 
 enum {
@@ -174,6 +175,7 @@ typedef struct mpi_impl {
   sbn_plans plans;
   uint64_t path_count[3]; /* sums done in lanes, lanes then binned fallback, binned */
   /* buffers */
+  sbn_mpi_reqs reqs;     /* persistent reductions over xs and x */
   sbn_xbin *xs, *x;      /* send and receive buffers (not in place: the engine may then
                           * pick a reduce-scatter + all-gather for large payloads) */
   size_t x_cap;          /* elements */
@@ -405,6 +407,7 @@ static uint64_t sig_hash(const sbn_sig *s) {
 
 static int ensure_x(mpi_impl *m, size_t n) {
   if (n <= m->x_cap) return 1;
+  sbn_mpi_reqs_clear(&m->reqs); /* they name the old buffers (n is agreed: every rank clears here) */
   sbn_xbin *p = realloc(m->x, sizeof *p * n);
   if (!p) return 0;
   m->x = p;
@@ -418,15 +421,16 @@ static int ensure_x(mpi_impl *m, size_t n) {
  * lanes (lanes = 1: MPI_SUM of int64, the engine's built-in sum). */
 static sbn_status start_and_wait(sbn_group *g, int count, int lanes, const char *what, double deadline) {
   mpi_impl *m = g->impl;
-  MPI_Request req;
-  int rc = lanes ? MPI_Iallreduce(m->xs, m->x, count, MPI_INT64_T, MPI_SUM, m->comm, &req)
-                 : MPI_Iallreduce(m->xs, m->x, count, xbin_type, xbin_op, m->comm, &req);
+  MPI_Request *req = NULL;
+  const char *call = "";
+  int rc = lanes ? sbn_mpi_reqs_start(&m->reqs, m->xs, m->x, count, MPI_INT64_T, MPI_SUM, m->comm, &req, &call)
+                 : sbn_mpi_reqs_start(&m->reqs, m->xs, m->x, count, xbin_type, xbin_op, m->comm, &req, &call);
   if (rc != MPI_SUCCESS) {
-    sbn_status st = backend_error(g, rc, "MPI_Iallreduce", what);
+    sbn_status st = backend_error(g, rc, call, what);
     break_group(g, st, sbn_last_error());
     return st;
   }
-  return wait_req(g, &req, what, deadline);
+  return wait_req(g, req, what, deadline);
 }
 
 /* The ranks disagree or one failed: every rank gets every signature (fixed
@@ -641,6 +645,7 @@ static sbn_status wrap_comm(sbn_group **out, MPI_Comm comm, const char *name) {
   if (m) {
     m->comm = comm;
     m->ctrl_req = MPI_REQUEST_NULL;
+    sbn_mpi_reqs_init(&m->reqs);
     m->gaveup_rank = -1;
     m->prev_key = 0x57a27ull;
     m->sigs_wire = malloc(sizeof *m->sigs_wire * (size_t)P);
@@ -708,6 +713,7 @@ static void mpi_destroy(sbn_group *g) {
     MPI_Wait(&m->ctrl_req, MPI_STATUS_IGNORE);
   }
   for (int i = 0; i < m->n_out; i++) MPI_Wait(&m->outbox[i]->req, MPI_STATUS_IGNORE);
+  sbn_mpi_reqs_clear(&m->reqs);
   MPI_Comm_free(&m->comm);
   impl_free(m);
 }
