@@ -43,7 +43,7 @@ SBN_STATIC_LINK = $(SBN_STATIC) $(LDLIBS) $(MPI_LIB_LDLIBS) $(LIB_LDLIBS)
 DEPS_BUILD := gcc make libc6-dev
 DEPS_TEST  := $(DEPS_BUILD) python3-torch python3-numpy
 
-LIB_SRCS := src/core/status.c src/core/tensor.c src/core/bn.c src/core/file.c \
+LIB_SRCS := src/core/status.c src/core/tensor.c src/core/bn.c src/core/device.c src/core/file.c \
             src/cpu/bn_kernels.c \
             src/comm/group.c src/comm/threads.c src/comm/backend_host.c
 TEST_SUPPORT := tests/testutil.c tests/bn_case.c
@@ -71,7 +71,7 @@ MPI_LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(LIB_SRCS),$(MPI_LIB_S
 MPI_SO_OBJS  := $(MPI_LIB_SRCS:%.c=$(BUILD)/shared/%.o)
 TEST_BINS := $(TESTS:%=$(BUILD)/tests/%) $(BUILD)/tests/torch_peer
 TOOL_BINS := $(TOOLS:%=$(BUILD)/tools/%) $(EXAMPLES:%=$(BUILD)/examples/%)
-SO_NAMES  := libsyncbn libsyncbn_mpi
+SO_NAMES  := libsyncbn libsyncbn_mpi $(CUDA_SO_NAMES)
 SO_FILES  := $(foreach l,$(SO_NAMES),$(BUILD)/$(l).so $(BUILD)/$(l).so.$(SBN_MAJOR) $(BUILD)/$(l).so.$(SBN_VERSION))
 
 .PHONY: all lib test check run deps-build deps-test install clean

@@ -338,6 +338,49 @@ SBN_API sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
 
 
 /* ------------------------------------------------------------------------ */
+/* GPUs (CUDA)                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* A layer created with options.device = {SBN_DEVICE_CUDA, i} keeps its
+ * parameters, gradients, running statistics and scratch on GPU i. Its
+ * inputs and outputs are device pointers of that GPU (tensor.device
+ * {SBN_DEVICE_CUDA, i}); sbn_bn_tensor views are device pointers too (copy
+ * with cudaMemcpy). A host pointer, memory of another GPU, or a tensor whose
+ * device differs from the layer's is SBN_STATUS_INVALID_ARGUMENT or
+ * SBN_STATUS_UNSUPPORTED, as for any bad input. Without CUDA support
+ * (built without nvcc, or libsyncbn_cuda not linked) creating such a layer
+ * answers SBN_STATUS_NOT_BUILT.
+ *
+ * Work is enqueued on the layer's stream (sbn_bn_set_stream) and forward
+ * and backward return without waiting for the GPU, with one exception: a
+ * group without a device all-reduce (threads, MPI, custom) is served
+ * through host memory, which waits for the stream once per collective
+ * (a copy of 2C+1 values, the group's exact host all-reduce, a copy back).
+ * A layer without a group, or with a group that reduces device buffers,
+ * never synchronizes with the host, so its steps can be captured in a CUDA
+ * graph.
+ *
+ * Counts: the host knows the global count per channel except after a
+ * device all-reduce. There the device applies the rules itself: a count
+ * of 0 (every rank empty) succeeds and changes nothing, as on the CPU; a
+ * count of 1 leaves running statistics, num_batches_tracked, the saved
+ * statistics and the gradients of the following backward untouched (y and
+ * dx are unspecified) and the error ("expected more than 1 value per
+ * channel") is returned by the layer's next forward or backward that finds
+ * it; the getters of num_batches_tracked wait for the stream and report it
+ * too.
+ *
+ * num_batches_tracked lives on the GPU: get and set copy it and wait. */
+
+/* The CUDA stream (a cudaStream_t) of a CUDA layer's work from now on; NULL
+ * is the legacy default stream (the initial value). The stream must outlive
+ * its use by the layer. SBN_STATUS_INVALID_ARGUMENT on a CPU layer. */
+SBN_API sbn_status sbn_bn_set_stream(sbn_bn *bn, void *cuda_stream);
+/* Number of CUDA devices: SBN_STATUS_NOT_BUILT without CUDA support; OK with
+ * *count = 0 when CUDA is built but there is no GPU (or no driver). */
+SBN_API sbn_status sbn_cuda_device_count(int *count);
+
+/* ------------------------------------------------------------------------ */
 /* CPU kernels: storage types and threads within a rank                     */
 /* ------------------------------------------------------------------------ */
 

@@ -4,7 +4,7 @@
 
 LIB_SRCS := $(filter-out src/cpu/bn_kernels.c,$(LIB_SRCS)) \
             src/cpu/bn_kernels.c src/cpu/cpu_threads.c src/cpu/cpu_parallel.c \
-            src/cpu/kern_generic.c src/cpu/kern_avx2.c
+            src/cpu/kern_generic.c src/cpu/kern_avx2.c src/cpu/device_cpu.c
 
 # No fused multiply-add in the kernels, so every instruction set rounds
 # identically.

@@ -92,11 +92,43 @@ const char *case_describe(char *buf, size_t cap, const case_cfg *cfg) {
   return buf;
 }
 
+const case_device *case_dev;
+
 static void copy_param(float **dst, sbn_bn *bn, sbn_bn_tensor_id id, int64_t C) {
   sbn_tensor v;
   if (sbn_bn_tensor(&v, bn, id) != SBN_STATUS_OK) return;
   *dst = malloc(sizeof(float) * (size_t)C);
-  memcpy(*dst, v.data, sizeof(float) * (size_t)C);
+  if (case_dev) case_dev->download(*dst, v.data, sizeof(float) * (size_t)C);
+  else memcpy(*dst, v.data, sizeof(float) * (size_t)C);
+}
+
+static void set_param(sbn_bn *bn, sbn_bn_tensor_id id, const float *src, int64_t C) {
+  sbn_tensor v;
+  if (sbn_bn_tensor(&v, bn, id) != SBN_STATUS_OK) return;
+  if (case_dev) case_dev->upload(v.data, src, sizeof(float) * (size_t)C);
+  else memcpy(v.data, src, sizeof(float) * (size_t)C);
+}
+
+/* One step of a rank on the layer's device: x and dy uploaded, y and dx
+ * (poisoned on the host) uploaded too so unwritten elements show, the
+ * results brought back into d->y and d->dx. */
+static int device_step(sbn_bn *bn, rank_data *d) {
+  const size_t bytes = sizeof(float) * (size_t)(d->numel ? d->numel : 1);
+  float *host[4] = {d->x, d->dy, d->y, d->dx};
+  void *dev[4];
+  for (int i = 0; i < 4; i++) {
+    dev[i] = case_dev->alloc(bytes);
+    case_dev->upload(dev[i], host[i], bytes);
+  }
+  sbn_tensor x = rank_tensor(d, dev[0]), dy = rank_tensor(d, dev[1]), y = rank_tensor(d, dev[2]);
+  sbn_tensor dx = rank_tensor(d, dev[3]);
+  x.device = dy.device = y.device = dx.device = case_dev->device;
+  sbn_status st = sbn_bn_forward(bn, &y, &x);
+  if (st == SBN_STATUS_OK) st = sbn_bn_backward(bn, &dx, &dy, &x);
+  if (st == SBN_STATUS_OK) case_dev->download(d->y, dev[2], bytes), case_dev->download(d->dx, dev[3], bytes);
+  for (int i = 0; i < 4; i++) case_dev->release(dev[i]);
+  CHECK_OK(st);
+  return 0;
 }
 
 /* Which group a rank synchronizes with: the world, or its half. */
@@ -130,22 +162,26 @@ static int rank_main(sbn_group *world, void *arg) {
     group = sub;
   }
   sbn_bn *bn;
-  CHECK_OK(sbn_bn_create(&bn, &cfg->opt, group));
-  sbn_tensor v;
+  sbn_bn_options opt = cfg->opt;
+  if (case_dev) opt.device = case_dev->device;
+  CHECK_OK(sbn_bn_create(&bn, &opt, group));
+  if (case_dev && case_dev->rank_begin && case_dev->rank_begin(bn, rank) != 0) return 1;
   if (cfg->opt.affine) {
-    CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_WEIGHT));
-    memcpy(v.data, cx->w, sizeof(float) * (size_t)C);
-    CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_BIAS));
-    memcpy(v.data, cx->b, sizeof(float) * (size_t)C);
+    set_param(bn, SBN_BN_TENSOR_WEIGHT, cx->w, C);
+    set_param(bn, SBN_BN_TENSOR_BIAS, cx->b, C);
   }
   for (int s = 0; s < nsteps(cfg); s++) {
     rank_data *d = &cx->data[s][rank];
     CHECK_OK(sbn_bn_set_training(bn, s < cfg->steps));
-    sbn_tensor x = rank_tensor(d, d->x), y = rank_tensor(d, d->y);
-    sbn_tensor dy = rank_tensor(d, d->dy), dx = rank_tensor(d, d->dx);
     CHECK_OK(sbn_bn_zero_grad(bn));
-    CHECK_OK(sbn_bn_forward(bn, &y, &x));
-    CHECK_OK(sbn_bn_backward(bn, &dx, &dy, &x));
+    if (case_dev) {
+      if (device_step(bn, d) != 0) return 1;
+    } else {
+      sbn_tensor x = rank_tensor(d, d->x), y = rank_tensor(d, d->y);
+      sbn_tensor dy = rank_tensor(d, d->dy), dx = rank_tensor(d, d->dx);
+      CHECK_OK(sbn_bn_forward(bn, &y, &x));
+      CHECK_OK(sbn_bn_backward(bn, &dx, &dy, &x));
+    }
     step_rec *rec = &cx->rec[s][rank];
     copy_param(&rec->gw, bn, SBN_BN_TENSOR_GRAD_WEIGHT, C);
     copy_param(&rec->gb, bn, SBN_BN_TENSOR_GRAD_BIAS, C);
@@ -154,6 +190,7 @@ static int rank_main(sbn_group *world, void *arg) {
     if (cfg->opt.track_running_stats) CHECK_OK(sbn_bn_get_num_batches_tracked(bn, &rec->nbt));
   }
   sbn_bn_destroy(bn);
+  if (case_dev && case_dev->rank_end) case_dev->rank_end(rank);
   sbn_group_destroy(sub);
   return 0;
 }

@@ -36,6 +36,21 @@ const char *case_describe(char *buf, size_t cap, const case_cfg *cfg);
  * bitwise determinism checks; caller frees). */
 int case_run(const case_cfg *cfg, case_err *err, float **outputs, size_t *n_outputs);
 
+/* Where case_run's P-rank layers live: NULL (the default) is the CPU. A GPU
+ * test points it at hooks that place each rank's tensors in device memory
+ * (the outputs are poisoned there too) and copy parameters and results;
+ * the single-rank comparison layer stays on the CPU. */
+typedef struct case_device {
+  sbn_device device;
+  void *(*alloc)(size_t bytes);                               /* device memory */
+  void (*release)(void *p);
+  void (*upload)(void *dst, const void *src, size_t bytes);   /* host -> device, waits */
+  void (*download)(void *dst, const void *src, size_t bytes); /* device -> host, waits */
+  int (*rank_begin)(sbn_bn *bn, int rank); /* e.g. give the layer a stream; 0: ok */
+  void (*rank_end)(int rank);
+} case_device;
+extern const case_device *case_dev;
+
 /* Tolerances (justified in bn_case.c). */
 #define TOL_Y 2e-6
 #define TOL_DX_REL 1e-5

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "../comm/comm.h"
-#include "../cpu/bn_kernels.h"
-#include "error.h"
 #include "bn_internal.h"
+#include "device.h"
+#include "error.h"
 #include "tensor.h"
 
 struct sbn_bn {
@@ -19,24 +19,15 @@ struct sbn_bn {
   sbn_group *group; /* NULL: plain BatchNorm */
   int layer_id;     /* ordinal on the group, carried by collectives */
   int training;
-  float *weight, *bias, *grad_weight, *grad_bias; /* affine */
-  float *running_mean, *running_var;              /* track_running_stats */
-  int64_t num_batches_tracked;
+  const sbn_dev_ops *dev; /* the device's table, chosen at creation */
+  sbn_dev_layer L;        /* per-channel state and scratch, on the device */
 
-  /* Saved by the last successful forward, for backward. */
-  int saved;               /* a forward has succeeded */
-  int saved_batch_stats;   /* 1: batch statistics (training math); 0: running */
-  int saved_synced;        /* the statistics came from the group */
-  double saved_count;      /* the (global) count per channel */
-  sbn_tensor saved_x;      /* descriptor only: shape/dtype/layout of x */
-  double *mean, *invstd;   /* C each */
-
-  /* Scratch, allocated once (no allocation in the steady state). */
-  double *shift, *s1, *s2;  /* stats pass */
-  double *payload;          /* 2C+1: collective buffer */
-  double *new_mean, *new_var, *new_invstd;
-  double *ka, *kb, *kc;     /* per-channel coefficients of the elementwise passes */
-  sbn_cpu_ws ws;            /* kernel partial sums: grows with the shape, then reused */
+  /* Saved by the last successful forward, for backward (the statistics
+   * themselves are the device's). */
+  int saved;             /* a forward has succeeded */
+  int saved_batch_stats; /* 1: batch statistics (training math); 0: running */
+  int saved_synced;      /* the statistics came from the group */
+  sbn_tensor saved_x;    /* descriptor only: shape/dtype/layout of x */
 };
 
 sbn_bn_options sbn_bn_options_default(int64_t num_features) {
@@ -51,17 +42,8 @@ sbn_bn_options sbn_bn_options_default(int64_t num_features) {
   return o;
 }
 
-static void bn_free(sbn_bn *bn) {
-  free(bn->weight), free(bn->bias), free(bn->grad_weight), free(bn->grad_bias);
-  free(bn->running_mean), free(bn->running_var);
-  free(bn->mean), free(bn->invstd), free(bn->shift), free(bn->s1), free(bn->s2);
-  free(bn->payload), free(bn->new_mean), free(bn->new_var), free(bn->new_invstd), free(bn->ka), free(bn->kb);
-  free(bn->kc);
-  sbn_cpu_ws_free(&bn->ws);
-  free(bn);
-}
-
 sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group) {
+  static const char call[] = "sbn_bn_create";
   sbn_clear_error();
   if (out) *out = NULL;
   if (!out || !o)
@@ -75,33 +57,17 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_create: momentum must be in [0, 1] or SBN_MOMENTUM_CUMULATIVE, got %g",
                     o->momentum);
-  if (o->device.type == SBN_DEVICE_CUDA)
-    return sbn_fail(SBN_STATUS_NOT_BUILT, "sbn_bn_create: CUDA support is not built into this library");
-  if (o->device.type != SBN_DEVICE_CPU)
-    return sbn_fail(SBN_STATUS_UNSUPPORTED, "sbn_bn_create: unknown device type %d", (int)o->device.type);
-  const size_t C = (size_t)o->num_features;
+  sbn_status st;
+  const sbn_dev_ops *dev = sbn_device_ops(o->device.type, &st, call);
+  if (!dev) return st;
   sbn_bn *bn = calloc(1, sizeof *bn);
   if (!bn) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_bn_create: out of memory");
-  int ok = 1;
-#define SBN_ALLOC_(field, n) ok &= (bn->field = calloc((n), sizeof *bn->field)) != NULL
-  if (o->affine) {
-    SBN_ALLOC_(weight, C), SBN_ALLOC_(bias, C), SBN_ALLOC_(grad_weight, C), SBN_ALLOC_(grad_bias, C);
+  bn->L.opt = *o;
+  if ((st = dev->create(&bn->L, call)) != SBN_STATUS_OK) {
+    free(bn);
+    return st;
   }
-  if (o->track_running_stats) {
-    SBN_ALLOC_(running_mean, C), SBN_ALLOC_(running_var, C);
-  }
-  SBN_ALLOC_(mean, C), SBN_ALLOC_(invstd, C), SBN_ALLOC_(shift, C), SBN_ALLOC_(s1, C);
-  SBN_ALLOC_(s2, C), SBN_ALLOC_(payload, 2 * C + 1), SBN_ALLOC_(new_mean, C), SBN_ALLOC_(new_var, C);
-  SBN_ALLOC_(new_invstd, C), SBN_ALLOC_(ka, C), SBN_ALLOC_(kb, C), SBN_ALLOC_(kc, C);
-#undef SBN_ALLOC_
-  if (!ok) {
-    bn_free(bn);
-    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_bn_create: out of memory for %zu channels", C);
-  }
-  for (size_t c = 0; c < C; c++) {
-    if (o->affine) bn->weight[c] = 1.0f;
-    if (o->track_running_stats) bn->running_var[c] = 1.0f;
-  }
+  bn->dev = dev;
   bn->opt = *o;
   bn->training = 1;
   if (group && group->size > 1) {
@@ -115,8 +81,20 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
 }
 
 sbn_status sbn_bn_destroy(sbn_bn *bn) {
-  if (bn) bn_free(bn);
+  if (bn) {
+    bn->dev->destroy(&bn->L);
+    free(bn);
+  }
   return SBN_STATUS_OK;
+}
+
+sbn_status sbn_bn_set_stream(sbn_bn *bn, void *stream) {
+  sbn_clear_error();
+  if (!bn) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_set_stream: layer is NULL");
+  if (!bn->dev->set_stream)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_set_stream: the layer is on the %s, which has no streams",
+                    bn->dev->name);
+  return bn->dev->set_stream(&bn->L, stream);
 }
 
 sbn_status sbn_bn_set_training(sbn_bn *bn, int training) {
@@ -138,20 +116,29 @@ sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out) {
   return SBN_STATUS_OK;
 }
 
-/* Before the passes over x: scratch for this shape (allocated on the first
- * call with a larger shape only) and the threads this rank may use, the
- * cores shared among the thread ranks of its group (cpu_threads.c). */
+/* The checks of one tensor argument beyond its descriptor: that its memory
+ * is the device's (a host pointer given to a CUDA layer fails here). */
+static sbn_status check_data(const sbn_bn *bn, const sbn_tensor *t, const char *call, const char *name) {
+  if (!t || !t->data || sbn_tensor_numel(t) <= 0) return SBN_STATUS_OK;
+  return bn->dev->check_data(&bn->L, t->data, call, name);
+}
+
+/* Before the passes over x: the device's scratch for this shape and the
+ * ranks sharing this process (the CPU divides its cores among them). */
 static sbn_status prepare_kernels(sbn_bn *bn, sbn_geom g, const char *call) {
-  if (sbn_cpu_ws_reserve(&bn->ws, g) != 0)
-    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory for the kernels' partial sums", call);
   int ranks = bn->group && strcmp(sbn_group_backend(bn->group), "threads") == 0 ? bn->group->size : 1;
-  bn->ws.threads = sbn_cpu_threads(ranks);
-  return SBN_STATUS_OK;
+  return bn->dev->prepare(&bn->L, g, ranks, call);
 }
 
 /* Run the layer's collective (when synchronized) carrying this rank's local
  * status, so a local error becomes an error on every rank. Returns the local
- * status if it failed, else the collective's. */
+ * status if it failed, else the collective's.
+ *
+ * The payload is in the device's memory. A group that reduces device
+ * buffers (allreduce_device) gets it there, enqueued on the layer's stream;
+ * any other group gets it staged through host memory (for a GPU: a copy, a
+ * wait for the stream, the host all-reduce, a copy back). The CPU's payload
+ * is host memory, so it never needs either. */
 static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_dtype dtype,
                             sbn_status local) {
   if (!bn->group) return local;
@@ -159,64 +146,50 @@ static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_dty
   sbn_sig_init(&sig, kind, bn->layer_id, bn->opt.num_features, dtype,
                "%s of layer #%d (C=%lld, %s)", kind == SBN_SIG_KIND_BN_FORWARD ? "forward" : "backward",
                bn->layer_id, (long long)bn->opt.num_features, sbn_dtype_name(dtype));
-  if (local != SBN_STATUS_OK) {
-    sbn_sig_set_error(&sig, local);
-    memset(bn->payload, 0, sizeof(double) * count);
+  if (local != SBN_STATUS_OK) sbn_sig_set_error(&sig, local);
+  sbn_status st;
+  if (bn->dev->payload_on_device && bn->group->ops->allreduce_device) {
+    if (local != SBN_STATUS_OK) bn->dev->to_host(&bn->L, count, 1); /* zeros, also on the device */
+    st = bn->group->ops->allreduce_device(bn->group, bn->L.payload, count, SBN_DTYPE_FLOAT64, &sig,
+                                          bn->L.stream);
+  } else {
+    sbn_status cp = bn->dev->to_host(&bn->L, count, local != SBN_STATUS_OK);
+    if (cp != SBN_STATUS_OK && local == SBN_STATUS_OK) {
+      local = cp;
+      sbn_sig_set_error(&sig, local);
+      bn->dev->to_host(&bn->L, count, 1);
+    }
+    st = sbn_comm_allreduce(bn->group, bn->L.payload_host, count, SBN_DTYPE_FLOAT64, &sig);
+    if (st == SBN_STATUS_OK && local == SBN_STATUS_OK) st = bn->dev->from_host(&bn->L, count);
   }
-  sbn_status st = sbn_comm_allreduce(bn->group, bn->payload, count, SBN_DTYPE_FLOAT64, &sig);
   return local != SBN_STATUS_OK ? local : st;
 }
 
-/* Batch statistics of x over the layer's group (or locally): fills
- * new_mean, new_var and new_invstd; returns the count per channel in *count.
- *
- * Locally the shifted sums give mean and M2 without cancellation. Across
- * ranks the collective is a plain sum (what MPI and NCCL offer), of
- * (n, n*mean, M2 + n*mean^2) per rank in float64: the global variance then
- * carries a relative error of about 1e-16 * (mean/std)^2, i.e. 1e-8 for
- * channels whose mean is 1e4 times their standard deviation. */
+/* Batch statistics of x over the layer's group (or locally), in the
+ * payload; *count is the count per channel when the host knows it (-1:
+ * only the device does, after a device all-reduce). */
 static sbn_status batch_stats(sbn_bn *bn, const void *x, sbn_geom g, int synced, sbn_status local,
                               double *count) {
   const int64_t C = bn->opt.num_features;
-  double *sum = bn->payload, *sumsq = bn->payload + C;
-  if (local == SBN_STATUS_OK) {
-    sbn_cpu_stats(&bn->ws, bn->shift, bn->s1, bn->s2, x, g);
-    const double n = (double)g.n * (double)g.s;
-    for (int64_t c = 0; c < C; c++) {
-      double m = n > 0 ? bn->shift[c] + bn->s1[c] / n : 0.0;
-      double m2 = n > 0 ? bn->s2[c] - bn->s1[c] * bn->s1[c] / n : 0.0;
-      if (m2 < 0) m2 = 0;
-      bn->new_mean[c] = m;
-      bn->new_var[c] = n > 0 ? m2 / n : 0.0;
-      sum[c] = n * m;
-      sumsq[c] = m2 + n * m * m;
-    }
-    bn->payload[2 * C] = n;
-  }
+  if (local == SBN_STATUS_OK) local = bn->dev->stats(&bn->L, x, g);
   sbn_status st =
       synced ? sync_sums(bn, SBN_SIG_KIND_BN_FORWARD, (size_t)(2 * C + 1), g.dtype, local) : local;
   if (st != SBN_STATUS_OK) return st;
-  const double n = bn->payload[2 * C];
-  if (n == 0) { /* every rank empty: nothing observed (see sbn_bn_forward) */
-    for (int64_t c = 0; c < C; c++) bn->new_mean[c] = 0, bn->new_var[c] = 0, bn->new_invstd[c] = 0;
-    *count = 0;
-    return SBN_STATUS_OK;
-  }
+  const int on_host = !bn->dev->payload_on_device || !bn->group->ops->allreduce_device;
+  const double n = !synced ? (double)g.n * (double)g.s : on_host ? bn->L.payload_host[2 * C] : -1;
   if (n == 1)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_forward: expected more than 1 value per channel when training, got %.0f "
                     "value(s) per channel%s",
                     n, synced ? " over all ranks of the group" : "");
-  for (int64_t c = 0; c < C; c++) {
-    if (synced) {
-      double mean = sum[c] / n, var = sumsq[c] / n - mean * mean;
-      bn->new_mean[c] = mean;
-      bn->new_var[c] = var > 0 ? var : 0.0;
-    }
-    bn->new_invstd[c] = 1.0 / sqrt(bn->new_var[c] + bn->opt.eps);
-  }
   *count = n;
   return SBN_STATUS_OK;
+}
+
+/* A device that finds an error after a call returned (a count of 1 known
+ * only on the device) reports it on the layer's next call. */
+static sbn_status deferred(sbn_bn *bn, const char *call) {
+  return bn->dev->deferred ? bn->dev->deferred(&bn->L, call) : SBN_STATUS_OK;
 }
 
 sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x) {
@@ -228,52 +201,31 @@ sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x) {
   const int synced = bn->training && bn->group != NULL;
 
   sbn_geom g = {0, 0, 0, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
-  sbn_status local = sbn_check_input(&g, x, call, "x", C, bn->opt.device);
+  sbn_status local = deferred(bn, call);
+  if (local == SBN_STATUS_OK) local = sbn_check_input(&g, x, call, "x", C, bn->opt.device);
   if (local == SBN_STATUS_OK) local = sbn_check_same(y, x, call, "y", "x");
   if (local == SBN_STATUS_OK) local = sbn_check_alias(y, x, call, "y", "x");
+  if (local == SBN_STATUS_OK) local = check_data(bn, x, call, "x");
+  if (local == SBN_STATUS_OK && y->data != x->data) local = check_data(bn, y, call, "y");
   if (local == SBN_STATUS_OK) local = prepare_kernels(bn, g, call);
 
-  double count = 0;
+  sbn_dev_forward f = {batch_stats_mode, synced, bn->training && bn->opt.track_running_stats, 0};
   if (batch_stats_mode) {
-    sbn_status st = batch_stats(bn, local == SBN_STATUS_OK ? x->data : NULL, g, synced, local, &count);
+    sbn_status st = batch_stats(bn, local == SBN_STATUS_OK ? x->data : NULL, g, synced, local, &f.count);
     if (st != SBN_STATUS_OK) return st;
-  } else {
-    if (local != SBN_STATUS_OK) return local;
-    for (int64_t c = 0; c < C; c++) {
-      bn->new_mean[c] = bn->running_mean[c];
-      bn->new_invstd[c] = 1.0 / sqrt((double)bn->running_var[c] + bn->opt.eps);
-    }
+  } else if (local != SBN_STATUS_OK) {
+    return local;
   }
 
-  /* All checks passed: commit state. */
-  if (bn->training && bn->opt.track_running_stats && count > 0) {
-    if (bn->num_batches_tracked < SBN_NUM_BATCHES_TRACKED_MAX) bn->num_batches_tracked++; /* saturates */
-    const double f = bn->opt.momentum == SBN_MOMENTUM_CUMULATIVE
-                         ? 1.0 / (double)bn->num_batches_tracked
-                         : bn->opt.momentum;
-    const double unbias = count / (count - 1);
-    for (int64_t c = 0; c < C; c++) {
-      bn->running_mean[c] = (float)((1 - f) * bn->running_mean[c] + f * bn->new_mean[c]);
-      bn->running_var[c] = (float)((1 - f) * bn->running_var[c] + f * bn->new_var[c] * unbias);
-    }
-  }
-  double *t = bn->mean;
-  bn->mean = bn->new_mean, bn->new_mean = t;
-  t = bn->invstd;
-  bn->invstd = bn->new_invstd, bn->new_invstd = t;
+  /* All checks passed: commit state (the device updates the running
+   * statistics and computes the normalize coefficients). */
+  sbn_status st = bn->dev->forward_finish(&bn->L, &f);
+  if (st != SBN_STATUS_OK) return st;
   bn->saved = 1;
   bn->saved_batch_stats = batch_stats_mode;
   bn->saved_synced = synced;
-  bn->saved_count = count;
   bn->saved_x = *x;
-
-  for (int64_t c = 0; c < C; c++) {
-    double w = bn->opt.affine ? bn->weight[c] : 1.0, b = bn->opt.affine ? bn->bias[c] : 0.0;
-    bn->ka[c] = w * bn->invstd[c];
-    bn->kb[c] = b;
-  }
-  sbn_cpu_normalize(&bn->ws, y->data, x->data, g, bn->mean, bn->ka, bn->kb);
-  return SBN_STATUS_OK;
+  return bn->dev->normalize(&bn->L, y->data, x->data, g);
 }
 
 sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, const sbn_tensor *x) {
@@ -286,8 +238,8 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
   const int synced = bn->saved && bn->saved_synced;
 
   sbn_geom g = {0, 0, 0, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
-  sbn_status local = SBN_STATUS_OK;
-  if (!bn->saved)
+  sbn_status local = deferred(bn, call);
+  if (local == SBN_STATUS_OK && !bn->saved)
     local = sbn_fail(SBN_STATUS_BAD_STATE, "%s: no successful forward to differentiate", call);
   if (local == SBN_STATUS_OK) local = sbn_check_input(&g, x, call, "x", C, bn->opt.device);
   if (local == SBN_STATUS_OK) local = sbn_check_same(x, &bn->saved_x, call, "x", "the forward's x");
@@ -295,53 +247,28 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
   if (local == SBN_STATUS_OK && dx) local = sbn_check_same(dx, x, call, "dx", "x");
   if (local == SBN_STATUS_OK && dx) local = sbn_check_alias(dx, dy, call, "dx", "dy");
   if (local == SBN_STATUS_OK && dx) local = sbn_check_alias(dx, x, call, "dx", "x");
+  if (local == SBN_STATUS_OK) local = check_data(bn, x, call, "x");
+  if (local == SBN_STATUS_OK && dy->data != x->data) local = check_data(bn, dy, call, "dy");
+  if (local == SBN_STATUS_OK && dx && dx->data != x->data && dx->data != dy->data)
+    local = check_data(bn, dx, call, "dx");
   if (local == SBN_STATUS_OK) local = prepare_kernels(bn, g, call);
 
-  double *sum_dy = bn->s1, *sum_dy_xmu = bn->s2;
-  if (local == SBN_STATUS_OK)
-    sbn_cpu_backward_reduce(&bn->ws, sum_dy, sum_dy_xmu, dy->data, x->data, g, bn->mean);
+  if (local == SBN_STATUS_OK) local = bn->dev->backward_reduce(&bn->L, dy->data, x->data, g);
   if (synced) {
-    if (local == SBN_STATUS_OK) {
-      memcpy(bn->payload, sum_dy, sizeof(double) * (size_t)C);
-      memcpy(bn->payload + C, sum_dy_xmu, sizeof(double) * (size_t)C);
-    }
     sbn_status st = sync_sums(bn, SBN_SIG_KIND_BN_BACKWARD, (size_t)(2 * C), g.dtype, local);
     if (st != SBN_STATUS_OK) return st;
   } else if (local != SBN_STATUS_OK) {
     return local;
   }
-  const double *gsum_dy = synced ? bn->payload : sum_dy;
-  const double *gsum_dy_xmu = synced ? bn->payload + C : sum_dy_xmu;
-
-  if (dx) {
-    for (int64_t c = 0; c < C; c++) {
-      double a = (bn->opt.affine ? bn->weight[c] : 1.0) * bn->invstd[c];
-      bn->ka[c] = a;
-      if (bn->saved_batch_stats && bn->saved_count > 0) {
-        bn->kb[c] = a * gsum_dy[c] / bn->saved_count;
-        bn->kc[c] = a * bn->invstd[c] * bn->invstd[c] * gsum_dy_xmu[c] / bn->saved_count;
-      } else {
-        bn->kb[c] = 0, bn->kc[c] = 0;
-      }
-    }
-    sbn_cpu_backward_elemt(&bn->ws, dx->data, dy->data, x->data, g, bn->mean, bn->ka, bn->kb, bn->kc);
-  }
-  if (bn->opt.affine)
-    for (int64_t c = 0; c < C; c++) {
-      bn->grad_weight[c] += (float)(sum_dy_xmu[c] * bn->invstd[c]);
-      bn->grad_bias[c] += (float)sum_dy[c];
-    }
-  return SBN_STATUS_OK;
+  sbn_status st = bn->dev->backward_finish(&bn->L, synced, dx != NULL, bn->saved_batch_stats);
+  if (st == SBN_STATUS_OK && dx) st = bn->dev->backward_elemt(&bn->L, dx->data, dy->data, x->data, g);
+  return st;
 }
 
 sbn_status sbn_bn_zero_grad(sbn_bn *bn) {
   sbn_clear_error();
   if (!bn) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_zero_grad: layer is NULL");
-  if (bn->opt.affine) {
-    memset(bn->grad_weight, 0, sizeof(float) * (size_t)bn->opt.num_features);
-    memset(bn->grad_bias, 0, sizeof(float) * (size_t)bn->opt.num_features);
-  }
-  return SBN_STATUS_OK;
+  return bn->dev->zero_grad(&bn->L);
 }
 
 sbn_status sbn_bn_tensor(sbn_tensor *view, sbn_bn *bn, sbn_bn_tensor_id id) {
@@ -350,16 +277,9 @@ sbn_status sbn_bn_tensor(sbn_tensor *view, sbn_bn *bn, sbn_bn_tensor_id id) {
   sbn_clear_error();
   if (!view || !bn)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_tensor: %s is NULL", bn ? "view" : "layer");
-  float *data = NULL;
-  switch (id) {
-    case SBN_BN_TENSOR_WEIGHT: data = bn->weight; break;
-    case SBN_BN_TENSOR_BIAS: data = bn->bias; break;
-    case SBN_BN_TENSOR_GRAD_WEIGHT: data = bn->grad_weight; break;
-    case SBN_BN_TENSOR_GRAD_BIAS: data = bn->grad_bias; break;
-    case SBN_BN_TENSOR_RUNNING_MEAN: data = bn->running_mean; break;
-    case SBN_BN_TENSOR_RUNNING_VAR: data = bn->running_var; break;
-    default: return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_tensor: unknown tensor id %d", (int)id);
-  }
+  if ((int)id < 0 || (int)id >= SBN_DEV_TENSORS)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_tensor: unknown tensor id %d", (int)id);
+  float *data = bn->L.tensor[id];
   if (!data)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_tensor: the layer has no %s (%s)", names[id],
                     id <= SBN_BN_TENSOR_GRAD_BIAS ? "affine = 0" : "track_running_stats = 0");
@@ -378,8 +298,7 @@ sbn_status sbn_bn_get_num_batches_tracked(const sbn_bn *bn, int64_t *out) {
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_get_num_batches_tracked: the layer has no num_batches_tracked "
                     "(track_running_stats = 0)");
-  *out = bn->num_batches_tracked;
-  return SBN_STATUS_OK;
+  return bn->dev->get_nbt(&bn->L, out);
 }
 
 sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value) {
@@ -392,18 +311,17 @@ sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value) {
   if (value < 0 || value > SBN_NUM_BATCHES_TRACKED_MAX)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_set_num_batches_tracked: value must be in [0, 2^53], got %lld", (long long)value);
-  bn->num_batches_tracked = value;
-  return SBN_STATUS_OK;
+  return bn->dev->set_nbt(&bn->L, value);
 }
 
 int sbn_bn_swap_storage(sbn_bn *a, sbn_bn *b) {
-  if (!a || !b || a->opt.num_features != b->opt.num_features || !a->opt.affine != !b->opt.affine ||
+  if (!a || !b || a->dev != b->dev || a->opt.device.index != b->opt.device.index ||
+      a->opt.num_features != b->opt.num_features || !a->opt.affine != !b->opt.affine ||
       !a->opt.track_running_stats != !b->opt.track_running_stats)
     return -1;
-  float *t;
-#define SBN_SWAP_(f) (t = a->f, a->f = b->f, b->f = t)
-  SBN_SWAP_(weight), SBN_SWAP_(bias), SBN_SWAP_(grad_weight), SBN_SWAP_(grad_bias);
-  SBN_SWAP_(running_mean), SBN_SWAP_(running_var);
-#undef SBN_SWAP_
+  for (int i = 0; i < SBN_DEV_TENSORS; i++) {
+    float *t = a->L.tensor[i];
+    a->L.tensor[i] = b->L.tensor[i], b->L.tensor[i] = t;
+  }
   return 0;
 }

@@ -255,7 +255,15 @@ def errors():
            "SBN_STATUS_INVALID_ARGUMENT", "expected more than 1 value per channel")
     expect("a failed forward changes no state", int(m.num_batches_tracked) == 0 and
            torch.equal(m.running_mean, torch.zeros(4)))
-    raises("CUDA layer in a CPU-only library", lambda: m._layer(None, 1), "SBN_STATUS_NOT_BUILT", "CUDA")
+    # Without CUDA support the library answers NOT_BUILT; with it but without a
+    # GPU, a clear error naming the missing device; with a GPU the layer exists.
+    try:
+        m._layer(None, 1)
+        expect("CUDA layer: created (this machine has a GPU)", True, "")
+    except syncbn.SyncBNError as e:
+        expect("CUDA layer without CUDA support or without a GPU",
+               (e.status == "SBN_STATUS_NOT_BUILT" and "CUDA" in str(e)) or
+               (e.status == "SBN_STATUS_INVALID_ARGUMENT" and "is not a device" in str(e)), str(e))
     raises("meta tensors", lambda: m(torch.empty(2, 4, device="meta")), "SBN_STATUS_INVALID_ARGUMENT",
            "not supported")
     x = torch.randn(3, 4, requires_grad=True)

@@ -1,0 +1,255 @@
+/* The CPU device table (src/core/device.h): the layer's per-channel state in
+ * host memory, the four passes of bn_kernels.h, and the per-channel math in
+ * float64 between them. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/device.h"
+#include "../core/error.h"
+#include "bn_kernels.h"
+
+typedef struct cpu_layer {
+  int64_t nbt;             /* num_batches_tracked */
+  double saved_count;      /* the count of the saved statistics */
+  double *mean, *invstd;   /* saved for backward, C each */
+  double *shift, *s1, *s2; /* stats pass; backward: local sum(dy), sum(dy*(x-mean)) */
+  double *local_mean, *local_var;
+  double *ka, *kb, *kc;    /* per-channel coefficients of the elementwise passes */
+  sbn_cpu_ws ws;           /* kernel partial sums: grows with the shape, then reused */
+} cpu_layer;
+
+static void cpu_destroy(sbn_dev_layer *L) {
+  cpu_layer *k = L->impl;
+  for (int i = 0; i < SBN_DEV_TENSORS; i++) free(L->tensor[i]), L->tensor[i] = NULL;
+  free(L->payload);
+  L->payload = L->payload_host = NULL;
+  if (k) {
+    free(k->mean), free(k->invstd), free(k->shift), free(k->s1), free(k->s2);
+    free(k->local_mean), free(k->local_var), free(k->ka), free(k->kb), free(k->kc);
+    sbn_cpu_ws_free(&k->ws);
+    free(k);
+  }
+  L->impl = NULL;
+}
+
+static sbn_status cpu_create(sbn_dev_layer *L, const char *call) {
+  const size_t C = (size_t)L->opt.num_features;
+  cpu_layer *k = calloc(1, sizeof *k);
+  L->impl = k;
+  int ok = k != NULL;
+#define SBN_ALLOC_(ptr, n) ok = ok && ((ptr) = calloc((n), sizeof *(ptr))) != NULL
+  for (int i = 0; i < SBN_DEV_TENSORS; i++) {
+    int has = i <= SBN_BN_TENSOR_GRAD_BIAS ? L->opt.affine : L->opt.track_running_stats;
+    if (has) SBN_ALLOC_(L->tensor[i], C);
+  }
+  SBN_ALLOC_(L->payload, 2 * C + 1);
+  if (ok) {
+    SBN_ALLOC_(k->mean, C), SBN_ALLOC_(k->invstd, C), SBN_ALLOC_(k->shift, C);
+    SBN_ALLOC_(k->s1, C), SBN_ALLOC_(k->s2, C), SBN_ALLOC_(k->local_mean, C);
+    SBN_ALLOC_(k->local_var, C), SBN_ALLOC_(k->ka, C), SBN_ALLOC_(k->kb, C), SBN_ALLOC_(k->kc, C);
+  }
+#undef SBN_ALLOC_
+  if (!ok) {
+    cpu_destroy(L);
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory for %zu channels", call, C);
+  }
+  L->payload_host = L->payload;
+  for (size_t c = 0; c < C; c++) {
+    if (L->opt.affine) L->tensor[SBN_BN_TENSOR_WEIGHT][c] = 1.0f;
+    if (L->opt.track_running_stats) L->tensor[SBN_BN_TENSOR_RUNNING_VAR][c] = 1.0f;
+  }
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_check_data(const sbn_dev_layer *L, const void *data, const char *call,
+                                 const char *name) {
+  (void)L, (void)data, (void)call, (void)name;
+  return SBN_STATUS_OK;
+}
+
+/* Before the passes over x: scratch for this shape (allocated on the first
+ * call with a larger shape only) and the threads this rank may use, the
+ * cores shared among the thread ranks of its group (cpu_threads.c). */
+static sbn_status cpu_prepare(sbn_dev_layer *L, sbn_geom g, int ranks, const char *call) {
+  cpu_layer *k = L->impl;
+  if (sbn_cpu_ws_reserve(&k->ws, g) != 0)
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory for the kernels' partial sums", call);
+  k->ws.threads = sbn_cpu_threads(ranks);
+  return SBN_STATUS_OK;
+}
+
+/* Locally the shifted sums give mean and M2 without cancellation; the
+ * payload is (n*mean, M2 + n*mean^2, n), what a plain sum over ranks can
+ * reduce. */
+static sbn_status cpu_stats(sbn_dev_layer *L, const void *x, sbn_geom g) {
+  cpu_layer *k = L->impl;
+  const int64_t C = L->opt.num_features;
+  double *sum = L->payload, *sumsq = L->payload + C;
+  sbn_cpu_stats(&k->ws, k->shift, k->s1, k->s2, x, g);
+  const double n = (double)g.n * (double)g.s;
+  for (int64_t c = 0; c < C; c++) {
+    double m = n > 0 ? k->shift[c] + k->s1[c] / n : 0.0;
+    double m2 = n > 0 ? k->s2[c] - k->s1[c] * k->s1[c] / n : 0.0;
+    if (m2 < 0) m2 = 0;
+    k->local_mean[c] = m;
+    k->local_var[c] = n > 0 ? m2 / n : 0.0;
+    sum[c] = n * m;
+    sumsq[c] = m2 + n * m * m;
+  }
+  L->payload[2 * C] = n;
+  return SBN_STATUS_OK;
+}
+
+/* Across ranks the global variance from the summed payload carries a
+ * relative error of about 1e-16 * (mean/std)^2 (1e-8 for channels whose
+ * mean is 1e4 times their standard deviation); a rank's own statistics use
+ * the shifted sums directly. The CPU always knows the count (f->count). */
+static sbn_status cpu_forward_finish(sbn_dev_layer *L, const sbn_dev_forward *f) {
+  cpu_layer *k = L->impl;
+  const int64_t C = L->opt.num_features;
+  const float *rm = L->tensor[SBN_BN_TENSOR_RUNNING_MEAN], *rv = L->tensor[SBN_BN_TENSOR_RUNNING_VAR];
+  double count = 0;
+  if (!f->batch_stats) {
+    for (int64_t c = 0; c < C; c++) {
+      k->mean[c] = rm[c];
+      k->invstd[c] = 1.0 / sqrt((double)rv[c] + L->opt.eps);
+    }
+  } else if (f->count == 0) { /* every rank empty: nothing observed */
+    for (int64_t c = 0; c < C; c++) k->mean[c] = 0, k->invstd[c] = 0;
+  } else {
+    const double n = count = f->count;
+    const double *sum = L->payload, *sumsq = L->payload + C;
+    for (int64_t c = 0; c < C; c++) {
+      double mean = k->local_mean[c], var = k->local_var[c];
+      if (f->synced) {
+        mean = sum[c] / n, var = sumsq[c] / n - mean * mean;
+        var = var > 0 ? var : 0.0;
+      }
+      k->mean[c] = mean;
+      k->local_var[c] = var; /* the batch variance, for the running update */
+      k->invstd[c] = 1.0 / sqrt(var + L->opt.eps);
+    }
+  }
+  if (f->update && count > 0) {
+    if (k->nbt < SBN_NUM_BATCHES_TRACKED_MAX) k->nbt++; /* saturates */
+    const double fac = L->opt.momentum == SBN_MOMENTUM_CUMULATIVE ? 1.0 / (double)k->nbt : L->opt.momentum;
+    const double unbias = count / (count - 1);
+    float *wm = L->tensor[SBN_BN_TENSOR_RUNNING_MEAN], *wv = L->tensor[SBN_BN_TENSOR_RUNNING_VAR];
+    for (int64_t c = 0; c < C; c++) {
+      wm[c] = (float)((1 - fac) * wm[c] + fac * k->mean[c]);
+      wv[c] = (float)((1 - fac) * wv[c] + fac * k->local_var[c] * unbias);
+    }
+  }
+  k->saved_count = count;
+  const float *w = L->tensor[SBN_BN_TENSOR_WEIGHT], *b = L->tensor[SBN_BN_TENSOR_BIAS];
+  for (int64_t c = 0; c < C; c++) {
+    k->ka[c] = (L->opt.affine ? w[c] : 1.0) * k->invstd[c];
+    k->kb[c] = L->opt.affine ? b[c] : 0.0;
+  }
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_normalize(sbn_dev_layer *L, void *y, const void *x, sbn_geom g) {
+  cpu_layer *k = L->impl;
+  sbn_cpu_normalize(&k->ws, y, x, g, k->mean, k->ka, k->kb);
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_backward_reduce(sbn_dev_layer *L, const void *dy, const void *x, sbn_geom g) {
+  cpu_layer *k = L->impl;
+  const size_t C = (size_t)L->opt.num_features;
+  sbn_cpu_backward_reduce(&k->ws, k->s1, k->s2, dy, x, g, k->mean);
+  memcpy(L->payload, k->s1, sizeof(double) * C);
+  memcpy(L->payload + C, k->s2, sizeof(double) * C);
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_backward_finish(sbn_dev_layer *L, int synced, int want_dx, int batch_stats) {
+  cpu_layer *k = L->impl;
+  const int64_t C = L->opt.num_features;
+  const double *sum_dy = k->s1, *sum_dy_xmu = k->s2; /* local */
+  const double *gsum_dy = synced ? L->payload : sum_dy;
+  const double *gsum_dy_xmu = synced ? L->payload + C : sum_dy_xmu;
+  const float *w = L->tensor[SBN_BN_TENSOR_WEIGHT];
+  if (want_dx)
+    for (int64_t c = 0; c < C; c++) {
+      double a = (L->opt.affine ? w[c] : 1.0) * k->invstd[c];
+      k->ka[c] = a;
+      if (batch_stats && k->saved_count > 0) {
+        k->kb[c] = a * gsum_dy[c] / k->saved_count;
+        k->kc[c] = a * k->invstd[c] * k->invstd[c] * gsum_dy_xmu[c] / k->saved_count;
+      } else {
+        k->kb[c] = 0, k->kc[c] = 0;
+      }
+    }
+  if (L->opt.affine) {
+    float *gw = L->tensor[SBN_BN_TENSOR_GRAD_WEIGHT], *gb = L->tensor[SBN_BN_TENSOR_GRAD_BIAS];
+    for (int64_t c = 0; c < C; c++) {
+      gw[c] += (float)(sum_dy_xmu[c] * k->invstd[c]);
+      gb[c] += (float)sum_dy[c];
+    }
+  }
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_backward_elemt(sbn_dev_layer *L, void *dx, const void *dy, const void *x,
+                                     sbn_geom g) {
+  cpu_layer *k = L->impl;
+  sbn_cpu_backward_elemt(&k->ws, dx, dy, x, g, k->mean, k->ka, k->kb, k->kc);
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_to_host(sbn_dev_layer *L, size_t count, int zero) {
+  if (zero) memset(L->payload, 0, sizeof(double) * count);
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_from_host(sbn_dev_layer *L, size_t count) {
+  (void)L, (void)count;
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_zero_grad(sbn_dev_layer *L) {
+  for (int i = SBN_BN_TENSOR_GRAD_WEIGHT; i <= SBN_BN_TENSOR_GRAD_BIAS; i++)
+    if (L->tensor[i]) memset(L->tensor[i], 0, sizeof(float) * (size_t)L->opt.num_features);
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_get_nbt(const sbn_dev_layer *L, int64_t *out) {
+  *out = ((const cpu_layer *)L->impl)->nbt;
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_set_nbt(sbn_dev_layer *L, int64_t value) {
+  ((cpu_layer *)L->impl)->nbt = value;
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_device_count(int *count) {
+  *count = 1;
+  return SBN_STATUS_OK;
+}
+
+const sbn_dev_ops sbn_cpu_device_ops = {
+    .name = "cpu",
+    .payload_on_device = 0,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .check_data = cpu_check_data,
+    .prepare = cpu_prepare,
+    .set_stream = NULL,
+    .deferred = NULL,
+    .stats = cpu_stats,
+    .forward_finish = cpu_forward_finish,
+    .normalize = cpu_normalize,
+    .backward_reduce = cpu_backward_reduce,
+    .backward_finish = cpu_backward_finish,
+    .backward_elemt = cpu_backward_elemt,
+    .to_host = cpu_to_host,
+    .from_host = cpu_from_host,
+    .zero_grad = cpu_zero_grad,
+    .get_nbt = cpu_get_nbt,
+    .set_nbt = cpu_set_nbt,
+    .device_count = cpu_device_count,
+};

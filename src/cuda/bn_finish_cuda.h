@@ -1,0 +1,47 @@
+/* Internal: the per-channel steps of the CUDA layer between its passes, as
+ * small kernels (bn_finish.cu), so that the host never waits for the
+ * statistics. They mirror the CPU table's float64 formulas operation for
+ * operation (device_cpu.c; compiled without fused multiply-add). Each
+ * returns 0 or the cudaError_t of the launch. */
+#ifndef SBN_CUDA_BN_FINISH_CUDA_H
+#define SBN_CUDA_BN_FINISH_CUDA_H
+
+#include <stdint.h>
+
+#include "bn_kernels_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Device (and host-mapped) memory of one layer that the kernels update. */
+typedef struct sbn_cuda_finish {
+  int64_t c;
+  double eps, momentum; /* momentum SBN_MOMENTUM_CUMULATIVE: 1/num_batches_tracked */
+  int affine;
+  float *w, *b, *gw, *gb, *rm, *rv;     /* NULL when absent */
+  const double *payload;                /* 2C+1 (forward) or 2C (backward), the (global) sums */
+  double *local;                        /* 2C: this rank's backward sums */
+  double *mean, *invstd, *ka, *kb, *kc; /* saved statistics and coefficients */
+  double *saved_count;                  /* the count of the saved statistics */
+  int64_t *nbt;                         /* num_batches_tracked */
+  int *fwd_bad;                         /* 1: the last forward found a count of 1 */
+  int *flag;                            /* host-mapped: set to 1 with fwd_bad (reported by the host) */
+} sbn_cuda_finish;
+
+/* Forward: mean/invstd from the payload (batch_stats) or the running
+ * statistics, the running update (update), ka = w*invstd, kb = b. A count
+ * of 1 changes nothing but fwd_bad and flag; a count of 0 saves zeros and
+ * updates nothing. */
+int sbn_cuda_forward_finish(sbn_cuda_stream stream, const sbn_cuda_finish *f, int batch_stats,
+                            int update);
+/* Backward: coefficients of dx from the payload (synced) or the local sums
+ * (when want_dx), and grad_weight/grad_bias += the local sums. Nothing when
+ * fwd_bad. */
+int sbn_cuda_backward_finish(sbn_cuda_stream stream, const sbn_cuda_finish *f, int synced,
+                             int want_dx, int batch_stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
