@@ -373,8 +373,10 @@ SBN_API sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
  * num_batches_tracked lives on the GPU: get and set copy it and wait. */
 
 /* The CUDA stream (a cudaStream_t) of a CUDA layer's work from now on; NULL
- * is the legacy default stream (the initial value). The stream must outlive
- * its use by the layer. SBN_STATUS_INVALID_ARGUMENT on a CPU layer. */
+ * is the legacy default stream (the initial value). The stream must stay
+ * alive until the layer is destroyed or given another stream (destroy waits
+ * for it). A stream of another GPU, or a CPU layer:
+ * SBN_STATUS_INVALID_ARGUMENT. */
 SBN_API sbn_status sbn_bn_set_stream(sbn_bn *bn, void *cuda_stream);
 /* Number of CUDA devices: SBN_STATUS_NOT_BUILT without CUDA support; OK with
  * *count = 0 when CUDA is built but there is no GPU (or no driver). */

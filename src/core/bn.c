@@ -175,8 +175,8 @@ static sbn_status batch_stats(sbn_bn *bn, const void *x, sbn_geom g, int synced,
   sbn_status st =
       synced ? sync_sums(bn, SBN_SIG_KIND_BN_FORWARD, (size_t)(2 * C + 1), g.dtype, local) : local;
   if (st != SBN_STATUS_OK) return st;
-  const int on_host = !bn->dev->payload_on_device || !bn->group->ops->allreduce_device;
-  const double n = !synced ? (double)g.n * (double)g.s : on_host ? bn->L.payload_host[2 * C] : -1;
+  const int on_device = synced && bn->dev->payload_on_device && bn->group->ops->allreduce_device;
+  const double n = !synced ? (double)g.n * (double)g.s : on_device ? -1 : bn->L.payload_host[2 * C];
   if (n == 1)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_forward: expected more than 1 value per channel when training, got %.0f "
