@@ -61,6 +61,12 @@ def train(rank, world, steps, per_rank, init):
         same = all(torch.equal(all_rm[0], r) for r in all_rm)
         print("%d processes, %s; running_mean identical on every rank: %s"
               % (world, type(net[1]).__module__ + "." + type(net[1]).__name__, same))
+    # Release DDP (it holds the process group) and let every rank finish its
+    # last collective before the group goes: a gloo group torn down at
+    # interpreter exit while a peer still talks to it can end the process
+    # with std::terminate.
+    del ddp, opt
+    dist.barrier()
     dist.destroy_process_group()
 
 
