@@ -12,6 +12,8 @@
  *  4. Special values: signed zeros, +-inf, NaN, overflow to inf,
  *     subnormals, single terms (exact round trip of random bit patterns),
  *     and the headroom limit (65536 terms of the largest digits).
+ *  5. The two-term shortcut (sbn_xsum_pair_*, the threads backend's path for
+ *     two ranks) gives the general path's bits wherever it applies.
  * Prints the worst errors; exits non-zero on any failure. */
 #include <float.h>
 #include <math.h>
@@ -289,6 +291,45 @@ int main(void) {
     sbn_xsum_merge(&a, &c, 1);
     ok = ok && !sbn_xsum_ctrl_read(&a, &st) && st == 3;
     printf("%-4s control element: equal hashes agree, a different one disagrees, status is the max\n", ok ? "ok" : "FAIL");
+    failures += !ok;
+  }
+  { /* 5. two terms: the shortcut against the general path, bit for bit */
+    int taken64 = 0, taken32 = 0, bad = 0, n = 0;
+    for (int i = 0; i < 400000; i++, n++) {
+      double a, b;
+      if (i % 4 == 0) { /* random bit patterns: zeros, subnormals, inf, NaN, huge */
+        uint64_t ua = rng_u64(&r), ub = rng_u64(&r);
+        if (i % 8 == 0) ub = (ub & ~(UINT64_C(0x7ff) << 52)) | (ua & (UINT64_C(0x7ff) << 52)); /* same exponent */
+        memcpy(&a, &ua, 8), memcpy(&b, &ub, 8);
+      } else { /* exponents 0-30 apart (around the shortcut's limit of 22), ties, cancellation */
+        a = ldexp(1 + rng_uniform(&r), rng_int(&r, -1020, 1020));
+        b = ldexp(1 + rng_uniform(&r), ilogb(a) - rng_int(&r, 0, 30)) * (rng_uniform(&r) < 0.5 ? -1 : 1);
+        if (i % 5 == 1) b = ldexp(1, ilogb(a) - 53 + rng_int(&r, 0, 2)) * (1 + ldexp(rng_int(&r, 0, 3), -52)); /* near ties */
+        if (i % 7 == 2) b = -a * (1 + ldexp(rng_int(&r, -3, 3), -52)); /* cancellation */
+        if (i % 11 == 3) a = DBL_MAX * (1 - rng_uniform(&r) * 0x1p-20), b = fabs(b) + ldexp(1, 1000); /* overflow */
+      }
+      double two[2] = {a, b}, got, want = xsum(two, 2);
+      if (sbn_xsum_pair_f64(a, b, &got)) {
+        taken64++;
+        if (memcmp(&got, &want, 8)) {
+          if (bad++ < 5) fprintf(stderr, "FAIL pair f64 %a + %a: shortcut %a, general %a\n", a, b, got, want);
+        }
+      }
+      int k = i % 4 == 0 || !isfinite(a) ? 0 : rng_int(&r, -125, 125) - ilogb(a); /* same shift: float range */
+      float fa = (float)ldexp(a, k), fb = (float)ldexp(b, k), fgot;
+      double twof[2] = {fa, fb};
+      float fwant = xsumf(twof, 2);
+      if (sbn_xsum_pair_f32(fa, fb, &fgot)) {
+        taken32++;
+        if (memcmp(&fgot, &fwant, 4)) {
+          if (bad++ < 5) fprintf(stderr, "FAIL pair f32 %a + %a: shortcut %a, general %a\n", fa, fb, fgot, fwant);
+        }
+      }
+    }
+    int ok = bad == 0 && taken64 > n / 4 && taken32 > n / 4;
+    printf("%-4s two-term shortcut: %d pairs, taken %d (float64) and %d (float32) times, %d results differ from the "
+           "general path (must be 0; taken more than a quarter of the time)\n", ok ? "ok" : "FAIL", n, taken64, taken32,
+           bad);
     failures += !ok;
   }
   free(x), free(t);

@@ -61,6 +61,37 @@ sbn_xbin sbn_xsum_make(int T, int64_t s0, int64_t s1, int64_t s2);
  * holds no finite nonzero term or is a control element. */
 int sbn_xsum_top(const sbn_xbin *e);
 
+/* Two terms, the common case of two ranks: when both are normal (or zero)
+ * and their exponents differ by at most 22, the binned sum drops nothing
+ * (the smaller term's lowest bit lies at most 74 bits below the larger's
+ * leading bit, the window reaches at least 76 below it), so it holds a + b
+ * exactly and decodes to a + b rounded once to nearest: the hardware's own
+ * addition (float: the exact double sum rounded once to float). These
+ * return 1 with that result, the same bits as sbn_xsum_add twice and a
+ * decode, or 0 when the caller must take the general path. */
+static inline int sbn_xsum_pair_ok(double a, double b) {
+  uint64_t ua, ub;
+  __builtin_memcpy(&ua, &a, 8);
+  __builtin_memcpy(&ub, &b, 8);
+  const int ea = (int)((ua >> 52) & 0x7ff), eb = (int)((ub >> 52) & 0x7ff);
+  if (ea == 0 || eb == 0 || ea == 0x7ff || eb == 0x7ff) return 0; /* zero, subnormal, inf, NaN */
+  return ea - eb <= 22 && eb - ea <= 22;
+}
+static inline int sbn_xsum_pair_f64(double a, double b, double *out) {
+  if (!sbn_xsum_pair_ok(a, b)) return 0;
+  const double s = a + b; /* an exact zero is +0 under round to nearest */
+  if (s - s != 0) return 0; /* overflow: the general path says which infinity */
+  *out = s;
+  return 1;
+}
+static inline int sbn_xsum_pair_f32(float a, float b, float *out) {
+  if (!sbn_xsum_pair_ok(a, b)) return 0;
+  const float s = (float)((double)a + (double)b); /* the double sum is exact: 24 + 22 + 1 bits */
+  if (s - s != 0) return 0;
+  *out = s;
+  return 1;
+}
+
 /* A control element rides in the same reduction as the data (the MPI
  * backend's signature check): it merges as min and max of a 64-bit hash and
  * max of a status instead of a sum. Both operands of a merge at one position

@@ -207,20 +207,40 @@ static sbn_status close_collective(sbn_group *g, const sbn_sig *sig, sbn_status 
   return verdict;
 }
 
-/* Sum elements [lo, hi) over all ranks into dst: exact summation
- * (exact_sum.c), so the result does not depend on the order of the ranks and
- * equals the MPI backend's bit for bit. */
-static void reduce_range(const rendezvous *rv, void *dst, size_t lo, size_t hi, sbn_dtype dtype) {
+/* Elements [lo, hi) of the sum over all ranks into dst, whose first element
+ * is element `base`: exact summation (exact_sum.c), so the result does not
+ * depend on the order of the ranks and equals the MPI backend's bit for bit. */
+static void reduce_range_general(const rendezvous *rv, void *dst, size_t lo, size_t hi, size_t base,
+                                 sbn_dtype dtype) {
   for (size_t i = lo; i < hi; i++) {
     sbn_xbin acc = sbn_xsum_zero();
     if (dtype == SBN_DTYPE_FLOAT64) {
       for (int q = 0; q < rv->size; q++) sbn_xsum_add(&acc, ((const double *)rv->slots[q].buf)[i]);
-      sbn_xsum_decode_f64((double *)dst + (i - lo), &acc, 1);
+      sbn_xsum_decode_f64((double *)dst + (i - base), &acc, 1);
     } else {
       for (int q = 0; q < rv->size; q++) sbn_xsum_add(&acc, ((const float *)rv->slots[q].buf)[i]);
-      sbn_xsum_decode_f32((float *)dst + (i - lo), &acc, 1);
+      sbn_xsum_decode_f32((float *)dst + (i - base), &acc, 1);
     }
   }
+}
+
+/* Elements [lo, hi) of the sum into dst[0 .. hi-lo). */
+static void reduce_range(const rendezvous *rv, void *dst, size_t lo, size_t hi, sbn_dtype dtype) {
+  if (rv->size == 2) { /* two ranks: mostly one hardware addition, the same bits */
+    if (dtype == SBN_DTYPE_FLOAT64) {
+      const double *a = rv->slots[0].buf, *b = rv->slots[1].buf;
+      double *d = dst;
+      for (size_t i = lo; i < hi; i++)
+        if (!sbn_xsum_pair_f64(a[i], b[i], &d[i - lo])) reduce_range_general(rv, dst, i, i + 1, lo, dtype);
+    } else {
+      const float *a = rv->slots[0].buf, *b = rv->slots[1].buf;
+      float *d = dst;
+      for (size_t i = lo; i < hi; i++)
+        if (!sbn_xsum_pair_f32(a[i], b[i], &d[i - lo])) reduce_range_general(rv, dst, i, i + 1, lo, dtype);
+    }
+    return;
+  }
+  reduce_range_general(rv, dst, lo, hi, lo, dtype);
 }
 
 enum { SMALL_BYTES = 16384 }; /* payloads up to this are reduced by every rank */
