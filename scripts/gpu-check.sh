@@ -8,10 +8,14 @@
 #                                         needed): `make`, then copy the GPU
 #                                         programs and the shared libraries
 #                                         they need (but libnccl and the driver)
-#                                         into build/gpu
+#                                         into build/gpu, and pack that folder
+#                                         as build/gpu.tar.xz (about 9 MB; the
+#                                         folder is 90 MB: fat binaries and
+#                                         OpenBLAS)
 #   scripts/gpu-check.sh LOGDIR [--pack]  on the GPU machine: runs from
-#                                         build/gpu when it is there, else
-#                                         builds first (make -j)
+#                                         build/gpu (unpacked from
+#                                         build/gpu.tar.xz when only that came
+#                                         along), else builds first (make -j)
 #
 # --pack leaves at most 6 files in LOGDIR (summary.txt, the benchmark, torch
 # and speedup logs, everything in gpu-check-logs.tar.gz), for runners that
@@ -20,7 +24,7 @@
 # With the device tool of this workplace (the build travels; see
 # BENCHMARKS.md for the numbers it produced):
 #   here:   scripts/gpu-check.sh --stage
-#   there:  run(command="bash scripts/gpu-check.sh $OUT --pack", carry=["build/gpu"])
+#   there:  run(command="bash scripts/gpu-check.sh $OUT --pack", carry=["build/gpu.tar.xz"])
 #
 # Environment: PYTHON (the python with CUDA PyTorch; default python3),
 # GPU_CHECK_BENCH_ARGS (e.g. "--iters 10"), GPU_CHECK_SKIP_BENCH=1,
@@ -63,6 +67,18 @@ stage() {
   done
   echo "staged in $STAGE: $(find "$STAGE/tests" "$STAGE/bench" -type f | wc -l) programs; libraries: $(ls "$STAGE/lib" | tr '\n' ' ')"
   du -sh "$STAGE"
+  tar -C build -cf - gpu | xz -6 -T2 >"$STAGE.tar.xz"
+  ls -l "$STAGE.tar.xz"
+}
+
+# The packed stage, when it came along, replaces whatever build/gpu holds
+# (a machine may keep an older one); unpacked with Python's tarfile, since a
+# GPU machine may lack xz.
+unpack_stage() {
+  [ -f "$STAGE.tar.xz" ] || return 0
+  rm -rf "$STAGE"
+  "${PYTHON:-python3}" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$STAGE.tar.xz" build \
+    && echo "unpacked $STAGE.tar.xz"
 }
 
 if [ "${1:-}" = --stage ]; then stage; exit $?; fi
@@ -96,6 +112,7 @@ step() { # name timeout-seconds command... ; logs to LOG/name.log
 }
 
 # ---- the build: staged, or made here ----
+unpack_stage
 if [ -f "$STAGE/tests.list" ]; then
   BENCH=$STAGE/bench/syncbn-bench-gpu
   TEST_CMDS=$(cat "$STAGE/tests.list")
