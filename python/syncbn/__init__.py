@@ -6,7 +6,7 @@ data-parallel training, over libsyncbn.
 The C library is found at $SYNCBN_LIBRARY, bundled next to this package,
 in the source tree's build/, or on the system library path.
 """
-from ._lib import SyncBNError, library_path, set_num_threads, version
+from ._lib import SyncBNError, SyncBNValueError, library_path, set_num_threads, version
 
 __version__ = version()
-__all__ = ["SyncBNError", "library_path", "set_num_threads", "version", "__version__"]
+__all__ = ["SyncBNError", "SyncBNValueError", "library_path", "set_num_threads", "version", "__version__"]

@@ -130,10 +130,17 @@ class SyncBNError(RuntimeError):
         super().__init__("%s: %s" % (self.status, message))
 
 
+class SyncBNValueError(SyncBNError, ValueError):
+    """SBN_STATUS_INVALID_ARGUMENT: also a ValueError, which is what PyTorch's
+    batch norm raises for the inputs it refuses (fewer than 2 dimensions, one
+    value per channel in training), so code written against PyTorch catches it."""
+
+
 def check(status, cause=None):
     """Raise SyncBNError for a non-OK status (message from sbn_last_error)."""
     if status != 0:
-        err = SyncBNError(status, lib.sbn_last_error().decode(errors="replace"))
+        cls = SyncBNValueError if lib.sbn_status_name(status) == b"SBN_STATUS_INVALID_ARGUMENT" else SyncBNError
+        err = cls(status, lib.sbn_last_error().decode(errors="replace"))
         if cause is not None:
             raise err from cause
         raise err

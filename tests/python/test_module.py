@@ -253,6 +253,13 @@ def errors():
            "SBN_STATUS_UNSUPPORTED", "float64")
     raises("one value per channel in training", lambda: m(torch.randn(1, 4)),
            "SBN_STATUS_INVALID_ARGUMENT", "expected more than 1 value per channel")
+    for name, bad in (("1-D input", torch.randn(4)), ("one value per channel in training", torch.randn(1, 4))):
+        try:
+            m(bad)
+            expect("%s: a ValueError, as PyTorch raises" % name, False, "no exception")
+        except ValueError as e:
+            expect("%s: a ValueError, as PyTorch raises (and a SyncBNError)" % name, isinstance(e, syncbn.SyncBNError),
+                   type(e).__name__)
     expect("a failed forward changes no state", int(m.num_batches_tracked) == 0 and
            torch.equal(m.running_mean, torch.zeros(4)))
     # Without CUDA support the library answers NOT_BUILT; with it but without a
