@@ -16,3 +16,10 @@ all: $(BUILD)/bench/syncbn-bench
 bench: $(BUILD)/bench/syncbn-bench
 	@scripts/deps.sh $(DEPS_BENCH) || echo "bench: could not install $(DEPS_BENCH); continuing without"
 	$(BUILD)/bench/syncbn-bench --out $(BUILD)/bench $(BENCH_ARGS)
+
+# syncbn-bench-passes: each kernel pass alone against the copy bandwidth.
+$(BUILD)/bench/syncbn-bench-passes: bench/bench_passes.c $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
+
+all: $(BUILD)/bench/syncbn-bench-passes

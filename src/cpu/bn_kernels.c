@@ -20,7 +20,7 @@ enum {
   UNIT = 16384,      /* target values per unit of the rows layout */
   MAX_CB = 512,      /* rows layout: at most this many channels per block ... */
   MIN_RB = 32,       /* ... and at least this many rows (partials <= 1/8 of the data) */
-  GRAB = 16384,      /* values handed to a thread at a time (~64 KiB float32) */
+  GRAB = 65536,      /* values handed to a thread at a time (256 KiB float32) */
   PAR_MIN = 32768    /* below this many values one thread is faster */
 };
 

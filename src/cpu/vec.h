@@ -222,6 +222,14 @@ static inline float ld1f_f16(const uint16_t *p) { return sbn_f16_to_f32(*p); }
 static inline void st1f_bf16(uint16_t *p, float v) { *p = sbn_f32_to_bf16(v); }
 static inline void st1f_f16(uint16_t *p, float v) { *p = sbn_f32_to_f16(v); }
 
+/* Software prefetch distance of the streaming loops. The hardware
+ * prefetchers run too little ahead of a loop that converts every value to
+ * float64: measured on one core, a float32 read with that arithmetic went
+ * from 7.3 to 12.8 GB/s (a plain float sum: 13.8) with a prefetch 4 KiB
+ * ahead; 1 KiB ahead gave 10.4. */
+enum { SBN_PF_BYTES = 4096 };
+static inline void pf_read(const void *p) { __builtin_prefetch(p, 0, 3); }
+
 /* Fixed pairwise sum of 16 lanes. */
 static inline double sum16(double *l) {
   for (int w = 8; w >= 1; w /= 2)

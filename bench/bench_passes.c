@@ -1,0 +1,183 @@
+/* syncbn-bench-passes: each CPU kernel pass on its own, out of cache, as a
+ * fraction of the copy bandwidth, to find which pass holds a layer back
+ * (syncbn-bench times whole forward and backward calls).
+ *
+ * Passes and the tensors each moves: stats 1 (read x), normalize 2 (read x,
+ * write y), backward reduce 2 (read x, dy), backward elementwise 3 (read x,
+ * dy, write dx). Inputs rotate through 4x the last-level cache (or
+ * --arena-mib), so every call reads from memory. Median of --reps calls.
+ *
+ * Usage: syncbn-bench-passes [--threads T] [--reps R] [--arena-mib M]
+ *                            [--only SHAPE] [--isa NAME] [--min] */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../src/cpu/bn_kernels.h"
+#include "../src/cpu/cpu_kern.h"
+#include "../src/cpu/half.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static size_t llc_bytes(void) {
+  size_t best = 0;
+  for (int i = 0; i < 8; i++) {
+    char path[128], buf[64];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(buf, sizeof buf, f)) {
+      char *end;
+      double v = strtod(buf, &end);
+      size_t b = (size_t)(v * (*end == 'M' ? 1 << 20 : *end == 'K' ? 1 << 10 : 1));
+      if (b > best) best = b;
+    }
+    fclose(f);
+  }
+  return best ? best : (size_t)32 << 20;
+}
+
+static void copy_units(const sbn_kargs *k, int64_t u0, int64_t u1) {
+  const size_t unit = (size_t)k->chunk;
+  memcpy((char *)k->out + u0 * unit, (const char *)k->x + u0 * unit, (size_t)(u1 - u0) * unit);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static void copy_units_nt(const sbn_kargs *k, int64_t u0, int64_t u1) {
+  const size_t unit = (size_t)k->chunk;
+  const float *src = (const float *)((const char *)k->x + u0 * unit);
+  float *dst = (float *)((char *)k->out + u0 * unit);
+  for (size_t i = 0; i < (size_t)(u1 - u0) * unit / 4; i += 8) _mm256_stream_ps(dst + i, _mm256_load_ps(src + i));
+  _mm_sfence();
+}
+#endif
+
+/* Copy bandwidth as syncbn-bench measures it: best of memcpy and a
+ * streaming-store copy, bytes read + written, 4 MiB pieces, median piece. */
+static double copy_bw(char *arena, size_t bytes, int threads) {
+  enum { PIECE = 4 << 20, UNIT = 1 << 18 };
+  const size_t half = bytes / 2 / PIECE * PIECE, pieces = half / PIECE;
+  static double t[4096];
+  double best = 0;
+  for (int kind = 0; kind < 2; kind++) {
+    sbn_kfn fn = copy_units;
+#if defined(__x86_64__)
+    if (kind == 1 && !sbn_cpu_has_avx2()) break;
+    if (kind == 1) fn = copy_units_nt;
+#else
+    if (kind == 1) break;
+#endif
+    int n = 0;
+    for (size_t p = 0; p < pieces && n < 4096; p++) {
+      sbn_kargs k;
+      memset(&k, 0, sizeof k);
+      k.x = arena + p * PIECE, k.out = arena + half + p * PIECE, k.chunk = UNIT;
+      double t0 = now();
+      sbn_cpu_parallel_for(threads, PIECE / UNIT, 1, fn, &k, NULL, 0);
+      t[n++] = now() - t0;
+    }
+    const double bw = 2.0 * PIECE / median(t, n) / 1e9;
+    if (bw > best) best = bw;
+  }
+  return best;
+}
+
+int main(int argc, char **argv) {
+  int threads = 2, reps = 31, use_min = 0;
+  double arena_mib = 0;
+  const char *only = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--arena-mib") && i + 1 < argc) arena_mib = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--min")) use_min = 1; /* fastest call: steadier under load */
+    else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+      if (sbn_cpu_set_isa(sbn_cpu_isa_find(argv[++i])) != 0) return fprintf(stderr, "isa %s not run here\n", argv[i]), 2;
+    } else
+      return fprintf(stderr, "usage: %s [--threads T] [--reps R] [--arena-mib M] [--only SHAPE] [--isa NAME] [--min]\n", argv[0]), 2;
+  }
+  if (reps < 1 || reps > 1001) reps = 31;
+  const size_t arena_bytes = arena_mib > 0 ? (size_t)(arena_mib * (1 << 20)) : 4 * llc_bytes();
+  char *arena = aligned_alloc(64, arena_bytes);
+  if (!arena) return 1;
+  for (size_t i = 0; i < arena_bytes / 4; i++) ((float *)arena)[i] = (float)(i % 1000) * 1e-3f - 0.5f;
+  const double bw = copy_bw(arena, arena_bytes, threads);
+  double load[3];
+  getloadavg(load, 3);
+  printf("copy bandwidth %.2f GB/s, %d thread(s), %s kernels, arena %zu MiB, load %.2f\n", bw, threads,
+         sbn_cpu_isa_name(sbn_cpu_get_isa()), arena_bytes >> 20, load[0]);
+  printf("efficiency per pass = tensors moved x bytes / time / copy bandwidth\n");
+  printf("%-16s %-2s %-5s | %8s %5s | %8s %5s | %8s %5s | %8s %5s\n", "shape", "ly", "dtype", "stats ms", "eff",
+         "norm ms", "eff", "bred ms", "eff", "belt ms", "eff");
+
+  static const int64_t shapes[][3] = {{8, 64, 112 * 112}, {8, 64, 56 * 56},  {8, 256, 56 * 56}, {8, 128, 28 * 28},
+                                      {8, 512, 28 * 28},  {8, 256, 14 * 14}, {8, 1024, 14 * 14}, {8, 512, 49},
+                                      {8, 2048, 49},      {256, 1024, 1},    {2, 16, 16}};
+  const int ns = sizeof shapes / sizeof shapes[0];
+  static double t[4][1024];
+  sbn_cpu_ws ws = {NULL, 0, threads};
+  const int64_t maxc = 2048;
+  double *mean = calloc(maxc, 8), *a = calloc(maxc, 8), *b = calloc(maxc, 8), *c = calloc(maxc, 8),
+         *s1 = calloc(maxc, 8), *s2 = calloc(maxc, 8), *sh = calloc(maxc, 8);
+  for (int64_t i = 0; i < maxc; i++) mean[i] = 0.01 * (double)i, a[i] = 1.5, b[i] = 0.25, c[i] = 0.125;
+  for (int si = 0; si < ns; si++)
+    for (int dt = 0; dt < 2; dt++)
+      for (int lay = 0; lay < 2; lay++) {
+        const int64_t n = shapes[si][0], C = shapes[si][1], S = shapes[si][2];
+        char label[48];
+        if (S == 1) snprintf(label, sizeof label, "%lldx%lld", (long long)n, (long long)C);
+        else {
+          int side = (int)lround(sqrt((double)S));
+          snprintf(label, sizeof label, "%lldx%lldx%dx%d", (long long)n, (long long)C, side, (int)S / side);
+        }
+        if (only && strncmp(label, only, strlen(only))) continue;
+        sbn_geom g = {n, C, S, lay ? SBN_LAYOUT_CHANNELS_LAST : SBN_LAYOUT_CHANNELS_FIRST,
+                      dt ? SBN_DTYPE_BFLOAT16 : SBN_DTYPE_FLOAT32};
+        const size_t tb = ((size_t)(n * C * S) * (dt ? 2 : 4) + 63) & ~(size_t)63, set = 4 * tb;
+        const int K = (int)(arena_bytes / set);
+        if (K < 2) continue;
+        if (sbn_cpu_ws_reserve(&ws, g)) return 1;
+        long step = 0;
+        for (int r = -2; r < reps; r++)
+          for (int p = 0; p < 4; p++, step++) {
+            char *base = arena + (size_t)(step % K) * set;
+            void *x = base, *y = base + tb, *dy = base + 2 * tb, *dx = base + 3 * tb;
+            double t0 = now();
+            switch (p) {
+              case 0: sbn_cpu_stats(&ws, sh, s1, s2, x, g); break;
+              case 1: sbn_cpu_normalize(&ws, y, x, g, mean, a, b); break;
+              case 2: sbn_cpu_backward_reduce(&ws, s1, s2, dy, x, g, mean); break;
+              default: sbn_cpu_backward_elemt(&ws, dx, dy, x, g, mean, a, b, c); break;
+            }
+            if (r >= 0) t[p][r] = now() - t0;
+          }
+        const double bytes = (double)(n * C * S) * (dt ? 2 : 4);
+        static const int moved[4] = {1, 2, 2, 3};
+        printf("%-16s %-2s %-5s", label, lay ? "cl" : "cf", dt ? "bf16" : "f32");
+        for (int p = 0; p < 4; p++) {
+          const double ms = (use_min ? (median(t[p], reps), t[p][0]) : median(t[p], reps)) * 1e3;
+          printf(" | %8.4f %5.2f", ms, moved[p] * bytes / (ms * 1e-3) / 1e9 / bw);
+        }
+        printf("\n");
+      }
+  sbn_cpu_ws_free(&ws);
+  free(arena);
+  return 0;
+}
