@@ -41,9 +41,17 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
     if (per_unit) *per_unit = (kind == PASS_REDUCE ? g.n : 1) * k->chunk;
     return (kind == PASS_REDUCE ? g.c : g.n * g.c) * k->nck;
   }
-  /* rows of C channels: blocks of ~UNIT values, channels split above MAX_CB,
-   * row blocks a multiple of 8 (the reductions take 8 rows at a time) */
+  /* rows of C channels: blocks of ~UNIT values; the reductions split the
+   * channels above MAX_CB (their partial sums are 2 x channels per row
+   * block) and take row blocks of a multiple of 8 rows (8-row steps); the
+   * elementwise passes take whole rows */
   k->rows = g.n * g.s;
+  if (kind == PASS_ELEMWISE) {
+    k->cb = g.c, k->ncb = 1;
+    k->rb = UNIT / g.c > 1 ? UNIT / g.c : 1;
+    if (per_unit) *per_unit = k->rb * g.c;
+    return (k->rows + k->rb - 1) / k->rb;
+  }
   k->cb = g.c <= MAX_CB ? g.c : MAX_CB;
   k->ncb = (g.c + k->cb - 1) / k->cb;
   int64_t rb = UNIT / k->cb;
