@@ -72,11 +72,15 @@ static int accumulation(void) {
 
 int main(void) {
   int bad = 0;
+  /* The last two are large enough for several work units and threads: the
+   * rows layout's register blocks of 16 channels with a remainder of 3
+   * (5x19x23x29) and of 4 + 3 (2-D 2001x35), and rows left over after the
+   * 8-row steps. */
   static const int64_t shapes[][5] = {
-      {16, 8}, {4, 6, 33}, {2, 5, 7, 9}, {2, 3, 3, 4, 5}, {8, 16, 32, 32}, {12, 3, 2}};
-  static const int ndims[] = {2, 3, 4, 5, 4, 3};
+      {16, 8}, {4, 6, 33}, {2, 5, 7, 9}, {2, 3, 3, 4, 5}, {8, 16, 32, 32}, {12, 3, 2}, {5, 19, 23, 29}, {2001, 35}};
+  static const int ndims[] = {2, 3, 4, 5, 4, 3, 4, 2};
   uint64_t seed = 1;
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < 8; i++)
     for (int layout = 0; layout < 2; layout++)
       for (int sc = 0; sc < 2; sc++) {
         bad |= fixed_case(ndims[i], shapes[i], (sbn_layout)layout, sc ? 1e4 : 1.0, sc ? SBN_MOMENTUM_CUMULATIVE : 0.1,

@@ -156,14 +156,21 @@ int main(void) {
                  strcmp(want, sbn_cpu_isa_name(sbn_cpu_get_isa())) != 0, 0);
   /* All above the one-thread limit. 3x5x150x130: rows of 19500 values = 2 chunks.
    * 4x1100x3x4: channels-last blocks of 512 + 512 + 76 channels, 48 rows = a block
-   * of 32 and one of 16. 8x96x7x7: small maps (pieces of 49 values). */
+   * of 32 and one of 16. 8x96x7x7: small maps (pieces of 49 values).
+   * Rows layout (channels-last and 2-D), register blocks of 16 channels, then
+   * 4, then 1, over 8-row steps then single rows: 5x19x23x29: C = 16 + 3,
+   * 3335 rows in units of 856 (the last 767 = 95 steps of 8 + 7 rows);
+   * 7x3x45x41: C = 3 (single channels only), 12915 rows in units of 5456;
+   * 9001x6: 2-D, C = 4 + 2; 3x35x130x9: C = 2 x 16 + 3, 3510 rows. */
   static const int64_t shapes[][5] = {{3, 5, 150, 130}, {4, 24, 40, 40}, {4096, 40}, {2, 64, 130, 130},
-                                      {4, 1100, 3, 4}, {8, 96, 7, 7}};
-  static const int ndims[] = {4, 4, 2, 4, 4, 4};
+                                      {4, 1100, 3, 4},  {8, 96, 7, 7},   {5, 19, 23, 29}, {7, 3, 45, 41},
+                                      {9001, 6},        {3, 35, 130, 9}};
+  static const int ndims[] = {4, 4, 2, 4, 4, 4, 4, 4, 2, 4};
+  enum { NSHAPES = sizeof ndims / sizeof ndims[0] };
   const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
   uint64_t seed = 100;
   for (int di = 0; di < 3; di++)
-    for (int si = 0; si < 6; si++)
+    for (int si = 0; si < NSHAPES; si++)
       for (int lay = 0; lay < 2; lay++)
         bad |= one_config(dts[di], ndims[si], shapes[si], (sbn_layout)lay, 1 + (si + lay) % 2, seed++);
   printf(bad ? "\nDETERMINISM CHECKS FAILED\n" : "\nall determinism checks passed\n");

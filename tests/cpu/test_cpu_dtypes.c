@@ -255,16 +255,19 @@ int main(void) {
     bad |= check("SYNCBN_CPU_ISA selects those kernels (0: yes)",
                  strcmp(want, sbn_cpu_isa_name(sbn_cpu_get_isa())) != 0, 0);
   bad |= test_conversions();
-  /* 3x600x5x5: channels-last blocks of 512 + 88 channels, 75 rows = 2 blocks of 32
-   * (8 rows at a time) and 11 rows (one at a time). */
-  static const int64_t shapes[][5] = {{64, 24}, {4, 6, 33}, {2, 5, 7, 9}, {4, 16, 32, 32}, {3, 40, 130, 130},
-                                      {3, 600, 5, 5}};
-  static const int ndims[] = {2, 3, 4, 4, 4, 4};
+  /* 3x600x5x5: channels-last blocks of 512 + 88 channels (5 register blocks
+   * of 16, 2 of 4), 75 rows = 2 blocks of 32 (8 rows at a time) and 11 rows
+   * (8 + 3 one at a time). 5x19x23x29: C = 16 + 3, 4 row blocks, the last of
+   * 95 steps of 8 + 7 rows. 7x3x45x41: C = 3, single channels only. */
+  static const int64_t shapes[][5] = {{64, 24},      {4, 6, 33},     {2, 5, 7, 9},  {4, 16, 32, 32},
+                                      {3, 40, 130, 130}, {3, 600, 5, 5}, {5, 19, 23, 29}, {7, 3, 45, 41}};
+  static const int ndims[] = {2, 3, 4, 4, 4, 4, 4, 4};
+  enum { NSHAPES = sizeof ndims / sizeof ndims[0] };
   static const double scales[] = {1, 100, 1e4};
   const sbn_dtype dts[] = {SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT32};
   uint64_t seed = 11;
   for (int di = 0; di < 3; di++)
-    for (int si = 0; si < 6; si++)
+    for (int si = 0; si < NSHAPES; si++)
       for (int lay = 0; lay < 2; lay++)
         for (int P = 1; P <= 2; P++) {
           double scale = scales[(si + lay + P) % 3];
