@@ -10,9 +10,10 @@
  *    in memory order.
  * Channels-last, or S == 1 (the same memory order: rows of C channels):
  * unit u = (row block u / ncb of rb rows, channel block u % ncb of cb
- * channels). Reductions write the block's sums to part + 2C * row block
- * (sums at c, second sums at C + c); the driver merges them per channel in
- * row-block order.
+ * channels). Reductions: cb <= 512, rb a multiple of 8, ~16K values; they
+ * write the block's sums to part + 2C * row block (sums at c, second sums
+ * at C + c); the driver merges them per channel in row-block order
+ * (kern_rows.inc: how a unit adds). Elementwise: whole rows (cb = C).
  * Units depend only on the shape, never on the thread count. */
 #ifndef SBN_CPU_KERN_H
 #define SBN_CPU_KERN_H
