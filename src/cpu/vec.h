@@ -99,17 +99,21 @@ static inline void st4_f16(uint16_t *p, vd4 v) {
 static inline double ld1_f16(const uint16_t *p) { return (double)sbn_f16_to_f32(*p); }
 static inline void st1_f16(uint16_t *p, double v) { *p = sbn_f32_to_f16((float)v); }
 
-/* 8 values as two vectors of 4 doubles: the reductions' load (AVX2: one
- * 16-byte load for the 16-bit types). */
+/* 8 values as two vectors of 4 doubles: the channels-first reductions'
+ * load (AVX2: one 16-byte load for the 16-bit types). Their 8 values
+ * belong to one channel, so the split only has to be the same in every
+ * instruction set: bfloat16 splits into even and odd positions, widened by
+ * a shift and a mask of each 32-bit pair (no shuffles: shuffles share one
+ * port with the float64 conversions, the bound of this loop in cache). */
 #ifdef SBN_VEC_F16C
 static inline void ld8_f32(const float *p, vd4 *lo, vd4 *hi) {
   *lo = (vd4)_mm256_cvtps_pd(_mm_loadu_ps(p));
   *hi = (vd4)_mm256_cvtps_pd(_mm_loadu_ps(p + 4));
 }
 static inline void ld8_bf16(const uint16_t *p, vd4 *lo, vd4 *hi) {
-  __m128i h = _mm_loadu_si128((const __m128i *)p), z = _mm_setzero_si128();
-  *lo = (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(z, h)));
-  *hi = (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(z, h)));
+  __m128i h = _mm_loadu_si128((const __m128i *)p);
+  *lo = (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(h, 16)));
+  *hi = (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_and_si128(h, _mm_set1_epi32((int)0xffff0000u))));
 }
 static inline void ld8_f16(const uint16_t *p, vd4 *lo, vd4 *hi) {
   __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
@@ -118,7 +122,12 @@ static inline void ld8_f16(const uint16_t *p, vd4 *lo, vd4 *hi) {
 }
 #else
 static inline void ld8_f32(const float *p, vd4 *lo, vd4 *hi) { *lo = ld4_f32(p), *hi = ld4_f32(p + 4); }
-static inline void ld8_bf16(const uint16_t *p, vd4 *lo, vd4 *hi) { *lo = ld4_bf16(p), *hi = ld4_bf16(p + 4); }
+static inline void ld8_bf16(const uint16_t *p, vd4 *lo, vd4 *hi) {
+  vu4 u;
+  memcpy(&u, p, sizeof u);
+  *lo = __builtin_convertvector((vf4)(u << 16), vd4);
+  *hi = __builtin_convertvector((vf4)(u & 0xffff0000u), vd4);
+}
 static inline void ld8_f16(const uint16_t *p, vd4 *lo, vd4 *hi) { *lo = ld4_f16(p), *hi = ld4_f16(p + 4); }
 #endif
 
