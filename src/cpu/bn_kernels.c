@@ -41,19 +41,18 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
     if (per_unit) *per_unit = (kind == PASS_REDUCE ? g.n : 1) * k->chunk;
     return (kind == PASS_REDUCE ? g.c : g.n * g.c) * k->nck;
   }
-  /* rows of C channels: blocks of ~UNIT values; the reductions split the
-   * channels above MAX_CB (their partial sums are 2 x channels per row
-   * block) and take row blocks of a multiple of 8 rows (8-row steps); the
-   * elementwise passes take whole rows */
+  /* rows of C channels: blocks of ~UNIT values, channels split above
+   * MAX_CB (the reductions' partial sums are 2 x channels per row block; the
+   * elementwise passes' coefficients of a block stay in L1); the reductions
+   * take row blocks of a multiple of 8 rows (8-row steps) */
   k->rows = g.n * g.s;
-  if (kind == PASS_ELEMWISE) {
-    k->cb = g.c, k->ncb = 1;
-    k->rb = UNIT / g.c > 1 ? UNIT / g.c : 1;
-    if (per_unit) *per_unit = k->rb * g.c;
-    return (k->rows + k->rb - 1) / k->rb;
-  }
   k->cb = g.c <= MAX_CB ? g.c : MAX_CB;
   k->ncb = (g.c + k->cb - 1) / k->cb;
+  if (kind == PASS_ELEMWISE) { /* any number of rows; the block's coefficients stay in L1 */
+    k->rb = UNIT / k->cb > 1 ? UNIT / k->cb : 1;
+    if (per_unit) *per_unit = k->rb * k->cb;
+    return (k->rows + k->rb - 1) / k->rb * k->ncb;
+  }
   int64_t rb = UNIT / k->cb;
   rb = rb < MIN_RB ? MIN_RB : rb / 8 * 8;
   k->rb = rb;

@@ -13,7 +13,8 @@
  * channels). Reductions: cb <= 512, rb a multiple of 8, ~16K values; they
  * write the block's sums to part + 2C * row block (sums at c, second sums
  * at C + c); the driver merges them per channel in row-block order
- * (kern_rows.inc: how a unit adds). Elementwise: whole rows (cb = C).
+ * (kern_rows.inc: how a unit adds). Elementwise: cb <= 512, any number
+ * of rows.
  * Units depend only on the shape, never on the thread count. */
 #ifndef SBN_CPU_KERN_H
 #define SBN_CPU_KERN_H
