@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
          *s1 = calloc(maxc, 8), *s2 = calloc(maxc, 8), *sh = calloc(maxc, 8);
   for (int64_t i = 0; i < maxc; i++) mean[i] = 0.01 * (double)i, a[i] = 1.5, b[i] = 0.25, c[i] = 0.125;
   for (int si = 0; si < ns; si++)
-    for (int dt = 0; dt < 2; dt++)
+    for (int dt = 0; dt < 3; dt++)
       for (int lay = 0; lay < 2; lay++) {
         const int64_t n = shapes[si][0], C = shapes[si][1], S = shapes[si][2];
         char label[48];
@@ -148,8 +148,8 @@ int main(int argc, char **argv) {
           snprintf(label, sizeof label, "%lldx%lldx%dx%d", (long long)n, (long long)C, side, (int)S / side);
         }
         if (only && strncmp(label, only, strlen(only))) continue;
-        sbn_geom g = {n, C, S, lay ? SBN_LAYOUT_CHANNELS_LAST : SBN_LAYOUT_CHANNELS_FIRST,
-                      dt ? SBN_DTYPE_BFLOAT16 : SBN_DTYPE_FLOAT32};
+        static const sbn_dtype dts[3] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
+        sbn_geom g = {n, C, S, lay ? SBN_LAYOUT_CHANNELS_LAST : SBN_LAYOUT_CHANNELS_FIRST, dts[dt]};
         const size_t tb = ((size_t)(n * C * S) * (dt ? 2 : 4) + 63) & ~(size_t)63, set = 4 * tb;
         const int K = (int)(arena_bytes / set);
         if (K < 2) continue;
@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
           }
         const double bytes = (double)(n * C * S) * (dt ? 2 : 4);
         static const int moved[4] = {1, 2, 2, 3};
-        printf("%-16s %-2s %-5s", label, lay ? "cl" : "cf", dt ? "bf16" : "f32");
+        printf("%-16s %-2s %-5s", label, lay ? "cl" : "cf", dt == 2 ? "f16" : dt ? "bf16" : "f32");
         for (int p = 0; p < 4; p++) {
           const double ms = (use_min ? (median(t[p], reps), t[p][0]) : median(t[p], reps)) * 1e3;
           printf(" | %8.4f %5.2f", ms, moved[p] * bytes / (ms * 1e-3) / 1e9 / bw);

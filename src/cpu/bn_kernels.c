@@ -66,7 +66,7 @@ int sbn_cpu_ws_reserve(sbn_cpu_ws *ws, sbn_geom g) {
   sbn_kargs k;
   size_t need = 0;
   plan(&k, g, PASS_REDUCE, NULL, &need);
-  if (need < 3 * (size_t)g.c) need = 3 * (size_t)g.c; /* 5C floats of coefficients */
+  if (need < 5 * (size_t)g.c) need = 5 * (size_t)g.c; /* 2 x 5C floats of coefficients */
   if (need <= ws->cap) return 0;
   double *p = realloc(ws->part, need * sizeof(double));
   if (!p) return -1;
@@ -180,6 +180,13 @@ static const float *coef_f32(sbn_cpu_ws *ws, sbn_geom g, const double *mean, con
     f[3 * C + i] = (float)b[i];
     f[4 * C + i] = c ? (float)c[i] : 0.0f;
   }
+  /* bfloat16 rows: a copy with each whole block of 16 channels (from 0,
+   * as the units' channel blocks are) in the order the 16-value path holds
+   * them: the 8 even channels, then the 8 odd ones */
+  float *p = f + 5 * C;
+  for (int64_t j = 0; g.dtype == SBN_DTYPE_BFLOAT16 && j < 5; j++)
+    for (int64_t c0 = 0; c0 + 16 <= C; c0 += 16)
+      for (int64_t i = 0; i < 16; i++) p[j * C + c0 + i] = f[j * C + c0 + (i < 8 ? 2 * i : 2 * (i - 8) + 1)];
   return f;
 }
 
@@ -265,6 +272,7 @@ void sbn_cpu_normalize(sbn_cpu_ws *ws, void *y, const void *x, sbn_geom g, const
   memset(&k, 0, sizeof k);
   k.x = x, k.out = y, k.m = mean, k.a = scale, k.b = bias;
   k.f = coef_f32(ws, g, mean, scale, bias, NULL);
+  k.fp = k.f ? k.f + 5 * g.c : NULL;
   k.stream = use_stream(g);
   run(ws, &k, g, SBN_K_NORM, NULL, NULL);
 }
@@ -290,6 +298,7 @@ void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void
   memset(&k, 0, sizeof k);
   k.x = x, k.dy = dy, k.out = dx, k.m = mean, k.a = a, k.b = b, k.cc = c;
   k.f = coef_f32(ws, g, mean, a, b, c);
+  k.fp = k.f ? k.f + 5 * g.c : NULL;
   k.stream = use_stream(g);
   run(ws, &k, g, SBN_K_BELT, NULL, NULL);
 }

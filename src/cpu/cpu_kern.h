@@ -33,6 +33,7 @@ typedef struct sbn_kargs {
   double *part;             /* partial sums of reduction units */
   double *s1, *s2;          /* reductions: merged per-channel results */
   const float *f;           /* 16-bit elementwise: mean hi, mean lo, a, b, c (C each) */
+  const float *fp;          /* the same with each whole block of 16 channels as even, odd */
   int stream;               /* elementwise: stream the output past the caches */
 } sbn_kargs;
 

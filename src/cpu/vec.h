@@ -79,9 +79,8 @@ static inline void st1_bf16(uint16_t *p, double v) { *p = sbn_f32_to_bf16((float
 /* float16: F16C instructions in the AVX2 build, the scalar conversions
  * (same rounding, checked bit for bit by tests/cpu) otherwise. */
 #ifdef SBN_VEC_F16C
-static inline vd4 ld4_f16(const uint16_t *p) {
-  __m128 f = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p));
-  return __builtin_convertvector((vf4)f, vd4);
+static inline vd4 ld4_f16(const uint16_t *p) { /* vcvtps2pd, as ld4_f32 */
+  return (vd4)_mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p)));
 }
 static inline void st4_f16(uint16_t *p, vd4 v) {
   vf4 f = __builtin_convertvector(v, vf4);
@@ -183,6 +182,50 @@ static inline vh8 bf16_round8(vf8 f) {
   vu8 nan = (vu8)(f != f);
   r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
   return __builtin_convertvector(r, vh8);
+}
+#endif
+
+/* ---- 16 x bfloat16 as two vectors of 8 floats: even and odd positions ----
+ * Widened by a shift and a mask of each 32-bit pair, narrowed by rounding
+ * each float's top 16 bits in place (to nearest even; NaN: quiet) and
+ * merging the pairs back by a shift, a mask and an or: no shuffles or
+ * packs, which share one port with the conversions and made the 8-value
+ * bfloat16 elementwise passes half as fast per value as float16's (F16C).
+ * Each value's arithmetic is the same as through the 8-value path. */
+#ifdef SBN_VEC_F16C
+static inline void ld16f_bf16(const uint16_t *p, vf8 *ev, vf8 *od) {
+  const __m256i u = _mm256_loadu_si256((const __m256i *)p);
+  *ev = (vf8)_mm256_slli_epi32(u, 16);
+  *od = (vf8)_mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u));
+}
+static inline __m256i bf16_top8(vf8 f) {
+  const __m256i u = (__m256i)f;
+  const __m256i r = _mm256_add_epi32(
+      u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps((__m256)f, (__m256)f, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+}
+static inline void st16_bf16(uint16_t *p, vf8 ev, vf8 od, int nt) {
+  const __m256i h = _mm256_or_si256(_mm256_srli_epi32(bf16_top8(ev), 16),
+                                    _mm256_and_si256(bf16_top8(od), _mm256_set1_epi32((int)0xffff0000u)));
+  if (nt) _mm256_stream_si256((__m256i *)p, h);
+  else _mm256_storeu_si256((__m256i *)p, h);
+}
+#else
+static inline void ld16f_bf16(const uint16_t *p, vf8 *ev, vf8 *od) {
+  vu8 u;
+  memcpy(&u, p, sizeof u);
+  *ev = (vf8)(u << 16);
+  *od = (vf8)(u & 0xffff0000u);
+}
+static inline vu8 bf16_top8(vf8 f) {
+  const vu8 u = (vu8)f, r = u + 0x7fffu + ((u >> 16) & 1u), nan = (vu8)(f != f);
+  return (r & ~nan) | ((u | 0x400000u) & nan);
+}
+static inline void st16_bf16(uint16_t *p, vf8 ev, vf8 od, int nt) {
+  (void)nt;
+  const vu8 h = (bf16_top8(ev) >> 16) | (bf16_top8(od) & 0xffff0000u);
+  memcpy(p, &h, sizeof h);
 }
 #endif
 
