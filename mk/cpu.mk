@@ -15,7 +15,7 @@ ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
 $(BUILD)/src/cpu/kern_avx2.o: SBN_CFLAGS += -mavx2 -mfma -mf16c
 endif
 
-TESTS += cpu/test_cpu_dtypes cpu/test_cpu_determinism cpu/test_cpu_noalloc
+TESTS += cpu/test_cpu_dtypes cpu/test_cpu_determinism cpu/test_cpu_noalloc cpu/test_cpu_elemt_bits
 # The same tests on each instruction set by name (the default run above uses
 # the best one; the determinism test also compares every set bit for bit).
 CPU_ISAS := generic avx2

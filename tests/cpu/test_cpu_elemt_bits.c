@@ -1,0 +1,118 @@
+/* The elementwise passes of 16-bit storage, bit for bit against their
+ * definition: per value, in float32, y = ((x - hi) - lo) * a + b and
+ * dx = (a * dy - b) - c * ((x - hi) - lo) (mean = hi + lo), rounded once to
+ * the storage type by the scalar conversions of half.h (themselves checked
+ * against F16C and the definition of round-to-nearest-even in
+ * test_cpu_dtypes).
+ *
+ * Every vector path must give those bits: bfloat16's 16 values as even and
+ * odd positions with permuted channels-last coefficients, the 8-value path,
+ * the scalar tails, streamed stores; in every instruction set this CPU
+ * runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
+ * with payloads), infinities, zeros of both signs, subnormals, channels
+ * whose scale is 1 + 2^-8, which puts products of bfloat16 values exactly
+ * halfway between two bfloat16 values (ties), and channels whose bias or
+ * mean is a NaN with a full payload (its low 16 bits set: the rounding must
+ * not carry them into the sign). Tolerance: 0 differing values. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/cpu/bn_kernels.h"
+#include "cpu_data.h"
+
+static float ld(const uint16_t *p, sbn_dtype dt) {
+  return dt == SBN_DTYPE_BFLOAT16 ? sbn_bf16_to_f32(*p) : sbn_f16_to_f32(*p);
+}
+static uint16_t st(float v, sbn_dtype dt) { return dt == SBN_DTYPE_BFLOAT16 ? sbn_f32_to_bf16(v) : sbn_f32_to_f16(v); }
+
+/* A storage value: mostly N(0, 2), some special ones. */
+static uint16_t value(rng *r, sbn_dtype dt) {
+  const int k = rng_int(r, 0, 63);
+  const int bf = dt == SBN_DTYPE_BFLOAT16;
+  switch (k) {
+    case 0: return bf ? 0x7fc1 : 0x7e01;                       /* quiet NaN with payload */
+    case 1: return bf ? 0xff81 : 0xfc01;                       /* signalling NaN, negative */
+    case 2: return bf ? 0x7f80 : 0x7c00;                       /* +inf */
+    case 3: return bf ? 0xff80 : 0xfc00;                       /* -inf */
+    case 4: return 0x8000;                                     /* -0 */
+    case 5: return (uint16_t)rng_int(r, 1, bf ? 0x7f : 0x3ff); /* subnormal */
+    default: return st((float)(2.0 * rng_normal(r)), dt);
+  }
+}
+
+static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, int stream, rng *r) {
+  const int64_t n = N * C * S;
+  uint16_t *x = malloc(2 * n), *dy = malloc(2 * n), *y = malloc(2 * n), *dx = malloc(2 * n);
+  double *mean = malloc(8 * C), *a = malloc(8 * C), *b = malloc(8 * C), *c = malloc(8 * C);
+  for (int64_t i = 0; i < n; i++) x[i] = value(r, dt), dy[i] = value(r, dt);
+  for (int64_t ch = 0; ch < C; ch++) {
+    const int tie = ch % 5 == 1; /* x * (1 + 2^-8): ties for bfloat16 */
+    mean[ch] = tie ? 0 : 0.5 * rng_normal(r) + 1e-9 * rng_normal(r); /* a lo part */
+    a[ch] = tie ? 1 + 0x1p-8 : 1 + rng_normal(r);
+    b[ch] = tie ? 0 : rng_normal(r);
+    c[ch] = rng_normal(r);
+    /* NaN coefficients whose float32 payload is all ones: rounding them
+     * as numbers would carry into the sign (+0 or -0 instead of NaN) */
+    const uint64_t nan_bits = ch % 7 == 3 ? 0x7fffffffffffffffull : 0xffffffffffffffffull;
+    if (ch % 7 == 3) memcpy(&b[ch], &nan_bits, 8);
+    if (ch % 7 == 5) memcpy(&mean[ch], &nan_bits, 8);
+  }
+  sbn_geom g = {N, C, S, lay, dt};
+  sbn_cpu_ws ws = {NULL, 0, 1};
+  if (sbn_cpu_ws_reserve(&ws, g)) return 1;
+  double diff_y = 0, diff_dx = 0, nan_seen = 0;
+  int bad = 0;
+  for (int isa = 0; isa < sbn_cpu_isa_count(); isa++) {
+    if (!sbn_cpu_isa_supported(isa)) continue;
+    sbn_cpu_set_isa(isa);
+    for (int t = 1; t <= 2; t++) {
+      ws.threads = t;
+      memset(y, 0xa5, 2 * n), memset(dx, 0xa5, 2 * n);
+      sbn_cpu_normalize(&ws, y, x, g, mean, a, b);
+      sbn_cpu_backward_elemt(&ws, dx, dy, x, g, mean, a, b, c);
+      for (int64_t i = 0; i < n; i++) {
+        const int64_t ch = lay == SBN_LAYOUT_CHANNELS_LAST ? i % C : i / S % C;
+        const float hi = (float)mean[ch], lo = (float)(mean[ch] - (double)hi);
+        const float fa = (float)a[ch], fb = (float)b[ch], fc = (float)c[ch];
+        const float xm = (ld(x + i, dt) - hi) - lo;
+        const float vy = xm * fa + fb;
+        const float vdx = (fa * ld(dy + i, dt) - fb) - fc * xm;
+        diff_y += y[i] != st(vy, dt);
+        diff_dx += dx[i] != st(vdx, dt);
+        nan_seen += vy != vy;
+      }
+    }
+  }
+  printf("%s %s %lldx%lldx%lld%s: %lld values x %d instruction set(s) x 2 thread counts, %.0f NaN outputs\n",
+         dt_name(dt), lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, stream ? " (streamed)" : "",
+         (long long)n, sbn_cpu_isa_supported(SBN_CPU_ISA_AVX2) ? 2 : 1, nan_seen);
+  bad |= check("  y values differing from the definition", diff_y, 0);
+  bad |= check("  dx values differing from the definition", diff_dx, 0);
+  bad |= check("  evidence: NaN inputs reached the outputs (0: yes)", nan_seen > 0 ? 0 : 1, 0);
+  sbn_cpu_ws_free(&ws);
+  free(x), free(dy), free(y), free(dx), free(mean), free(a), free(b), free(c);
+  return bad;
+}
+
+int main(void) {
+  const int isa = sbn_cpu_get_isa();
+  rng r = rng_seed(77);
+  int bad = 0;
+  /* C = 45 = 2 x 16 + 8 + 5 (every width of the rows layout); S = 29 =
+   * 16 + 8 + 5 per channels-first row; 3x45x29 = 3915 values: one thread.
+   * 8x160x41 = 52480 values: several units and threads, rows of 160. */
+  static const int64_t shapes[][3] = {{3, 45, 29}, {8, 160, 41}, {5, 7, 1000}};
+  const sbn_dtype dts[] = {SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
+  for (int d = 0; d < 2; d++)
+    for (int s = 0; s < 3; s++)
+      for (int lay = 0; lay < 2; lay++)
+        bad |= one(dts[d], (sbn_layout)lay, shapes[s][0], shapes[s][1], shapes[s][2], 0, &r);
+  /* Streamed stores: outputs of at least SYNCBN_STREAM_MIB (4 MiB by default). */
+  for (int d = 0; d < 2; d++)
+    for (int lay = 0; lay < 2; lay++) bad |= one(dts[d], (sbn_layout)lay, 4, 256, 2304, 1, &r);
+  sbn_cpu_set_isa(isa);
+  printf(bad ? "\nELEMENTWISE BIT CHECKS FAILED\n" : "\nall elementwise bit checks passed\n");
+  return bad;
+}
