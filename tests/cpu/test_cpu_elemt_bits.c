@@ -85,7 +85,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, in
       }
     }
   }
-  printf("%s %s %lldx%lldx%lld%s: %lld values x %d instruction set(s) x 2 thread counts, %.0f NaN outputs\n",
+  printf("%s %s %lldx%lldx%lld%s: %lld values x %d instruction set(s) x 2 thread counts, %.0f NaN outputs in all\n",
          dt_name(dt), lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, stream ? " (streamed)" : "",
          (long long)n, sbn_cpu_isa_supported(SBN_CPU_ISA_AVX2) ? 2 : 1, nan_seen);
   bad |= check("  y values differing from the definition", diff_y, 0);
