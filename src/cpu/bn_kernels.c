@@ -167,7 +167,14 @@ enum { STREAM_ROW_MIN = 1024 };
 static int use_stream(sbn_geom g) {
   const size_t es = dtype_bytes(g.dtype);
   if ((size_t)(g.n * g.c * g.s) * es < stream_min()) return 0;
-  return rows_layout(g) || (size_t)g.s * es >= STREAM_ROW_MIN;
+  return rows_layout(g) || (size_t)g.s * es >= STREAM_ROW_MIN || g.s >= 8;
+}
+
+/* Shorter channels-first rows stream as one flat run of each hand-out's
+ * rows (kern_flat.inc), at least 8 values a row so that an 8-value vector
+ * spans at most two channels. */
+static int use_flat(sbn_geom g) {
+  return !rows_layout(g) && (size_t)g.s * dtype_bytes(g.dtype) < STREAM_ROW_MIN && use_stream(g);
 }
 
 /* 16-bit storage: the elementwise coefficients in float32, the mean split
@@ -278,7 +285,7 @@ void sbn_cpu_normalize(sbn_cpu_ws *ws, void *y, const void *x, sbn_geom g, const
   k.x = x, k.out = y, k.m = mean, k.a = scale, k.b = bias;
   k.f = coef_f32(ws, g, mean, scale, bias, NULL);
   k.fp = k.f ? k.f + 5 * g.c : NULL;
-  k.stream = use_stream(g);
+  k.stream = use_stream(g), k.flat = use_flat(g);
   run(ws, &k, g, SBN_K_NORM, NULL, NULL);
 }
 
@@ -304,6 +311,6 @@ void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void
   k.x = x, k.dy = dy, k.out = dx, k.m = mean, k.a = a, k.b = b, k.cc = c;
   k.f = coef_f32(ws, g, mean, a, b, c);
   k.fp = k.f ? k.f + 5 * g.c : NULL;
-  k.stream = use_stream(g);
+  k.stream = use_stream(g), k.flat = use_flat(g);
   run(ws, &k, g, SBN_K_BELT, NULL, NULL);
 }

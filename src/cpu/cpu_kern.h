@@ -35,6 +35,7 @@ typedef struct sbn_kargs {
   const float *f;           /* 16-bit elementwise: mean hi, mean lo, a, b, c (C each) */
   const float *fp;          /* the same with each whole block of 16 channels as even, odd */
   int stream;               /* elementwise: stream the output past the caches */
+  int flat;                 /* channels-first elementwise: short rows as one flat stream */
 } sbn_kargs;
 
 /* Process units [u0, u1). */

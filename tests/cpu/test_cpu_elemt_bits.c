@@ -1,19 +1,21 @@
-/* The elementwise passes of 16-bit storage, bit for bit against their
- * definition: per value, in float32, y = ((x - hi) - lo) * a + b and
+/* The elementwise passes, bit for bit against their definition: per value,
+ * for 16-bit storage in float32, y = ((x - hi) - lo) * a + b and
  * dx = (a * dy - b) - c * ((x - hi) - lo) (mean = hi + lo), rounded once to
  * the storage type by the scalar conversions of half.h (themselves checked
  * against F16C and the definition of round-to-nearest-even in
- * test_cpu_dtypes).
+ * test_cpu_dtypes); for float32 storage the same in float64 with the mean
+ * whole, rounded once to float32.
  *
  * Every vector path must give those bits: bfloat16's 16 values as even and
  * odd positions with permuted channels-last coefficients, the 8-value path,
- * the scalar tails, streamed stores; in every instruction set this CPU
- * runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
+ * the scalar tails, streamed stores, short channels-first rows as one flat
+ * stream; in every instruction set this CPU runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
  * with payloads), infinities, zeros of both signs, subnormals, channels
  * whose scale is 1 + 2^-8, which puts products of bfloat16 values exactly
  * halfway between two bfloat16 values (ties), and channels whose bias or
  * mean is a NaN with a full payload (its low 16 bits set: the rounding must
- * not carry them into the sign). Tolerance: 0 differing values. */
+ * not carry them into the sign). Tolerance: 0 differing values (NaN
+ * results: any NaN, see differs()). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,31 +24,60 @@
 #include "../../src/cpu/bn_kernels.h"
 #include "cpu_data.h"
 
-static float ld(const uint16_t *p, sbn_dtype dt) {
-  return dt == SBN_DTYPE_BFLOAT16 ? sbn_bf16_to_f32(*p) : sbn_f16_to_f32(*p);
+/* Storage value i as a float (exact), and a float rounded to storage. */
+static float ld(const void *p, int64_t i, sbn_dtype dt) {
+  float v;
+  from_storage(&v, (const char *)p + i * (int64_t)dt_size(dt), 1, dt);
+  return v;
 }
-static uint16_t st(float v, sbn_dtype dt) { return dt == SBN_DTYPE_BFLOAT16 ? sbn_f32_to_bf16(v) : sbn_f32_to_f16(v); }
+static uint32_t st(float v, sbn_dtype dt) {
+  union { float f; uint16_t h; } b = {0}; /* written as its storage type */
+  uint32_t u = 0;
+  if (dt == SBN_DTYPE_FLOAT32) to_storage(&b.f, &v, 1, dt);
+  else to_storage(&b.h, &v, 1, dt);
+  memcpy(&u, &b, dt_size(dt));
+  return u;
+}
+static uint32_t bits(const void *p, int64_t i, sbn_dtype dt) {
+  uint32_t u = 0;
+  memcpy(&u, (const char *)p + i * (int64_t)dt_size(dt), dt_size(dt));
+  return u;
+}
+
+/* A stored result against the value it should round from. NaN payloads are
+ * not compared: where two NaNs meet (a NaN x and a NaN bias), which payload
+ * survives depends on the order of the operands of a commutative operation,
+ * which the compiler may swap; the result must still be a NaN (not an
+ * infinity or a zero that a carry out of the payload would give). */
+static int differs(uint32_t got, float want, sbn_dtype dt) {
+  if (want != want) {
+    const uint32_t a = dt == SBN_DTYPE_FLOAT32 ? got & 0x7fffffffu : got & 0x7fffu;
+    return !(a > (dt == SBN_DTYPE_FLOAT32 ? 0x7f800000u : dt == SBN_DTYPE_BFLOAT16 ? 0x7f80u : 0x7c00u));
+  }
+  return got != st(want, dt);
+}
 
 /* A storage value: mostly N(0, 2), some special ones. */
-static uint16_t value(rng *r, sbn_dtype dt) {
+static void value(void *p, int64_t i, rng *r, sbn_dtype dt) {
+  static const float specials[] = {0, -0.0f, INFINITY, -INFINITY, 1e-40f /* subnormal */};
+  float v = (float)(2.0 * rng_normal(r));
   const int k = rng_int(r, 0, 63);
-  const int bf = dt == SBN_DTYPE_BFLOAT16;
-  switch (k) {
-    case 0: return bf ? 0x7fc1 : 0x7e01;                       /* quiet NaN with payload */
-    case 1: return bf ? 0xff81 : 0xfc01;                       /* signalling NaN, negative */
-    case 2: return bf ? 0x7f80 : 0x7c00;                       /* +inf */
-    case 3: return bf ? 0xff80 : 0xfc00;                       /* -inf */
-    case 4: return 0x8000;                                     /* -0 */
-    case 5: return (uint16_t)rng_int(r, 1, bf ? 0x7f : 0x3ff); /* subnormal */
-    default: return st((float)(2.0 * rng_normal(r)), dt);
+  if (k < 5) v = specials[k];
+  to_storage((char *)p + i * (int64_t)dt_size(dt), &v, 1, dt);
+  if (k == 5 || k == 6) { /* NaN with a payload, quiet or signalling, either sign */
+    const uint32_t u = dt == SBN_DTYPE_FLOAT32 ? (k == 5 ? 0x7fc00123u : 0xff800321u)
+                       : dt == SBN_DTYPE_BFLOAT16 ? (k == 5 ? 0x7fc1u : 0xff81u)
+                                                  : (k == 5 ? 0x7e01u : 0xfc01u);
+    memcpy((char *)p + i * (int64_t)dt_size(dt), &u, dt_size(dt));
   }
 }
 
 static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, int stream, rng *r) {
   const int64_t n = N * C * S;
-  uint16_t *x = malloc(2 * n), *dy = malloc(2 * n), *y = malloc(2 * n), *dx = malloc(2 * n);
+  const size_t es = dt_size(dt);
+  void *x = malloc(es * n), *dy = malloc(es * n), *y = malloc(es * n), *dx = malloc(es * n);
   double *mean = malloc(8 * C), *a = malloc(8 * C), *b = malloc(8 * C), *c = malloc(8 * C);
-  for (int64_t i = 0; i < n; i++) x[i] = value(r, dt), dy[i] = value(r, dt);
+  for (int64_t i = 0; i < n; i++) value(x, i, r, dt), value(dy, i, r, dt);
   for (int64_t ch = 0; ch < C; ch++) {
     const int tie = ch % 5 == 1; /* x * (1 + 2^-8): ties for bfloat16 */
     mean[ch] = tie ? 0 : 0.5 * rng_normal(r) + 1e-9 * rng_normal(r); /* a lo part */
@@ -69,18 +100,25 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, in
     sbn_cpu_set_isa(isa);
     for (int t = 1; t <= 2; t++) {
       ws.threads = t;
-      memset(y, 0xa5, 2 * n), memset(dx, 0xa5, 2 * n);
+      memset(y, 0xa5, es * n), memset(dx, 0xa5, es * n);
       sbn_cpu_normalize(&ws, y, x, g, mean, a, b);
       sbn_cpu_backward_elemt(&ws, dx, dy, x, g, mean, a, b, c);
       for (int64_t i = 0; i < n; i++) {
         const int64_t ch = lay == SBN_LAYOUT_CHANNELS_LAST ? i % C : i / S % C;
-        const float hi = (float)mean[ch], lo = (float)(mean[ch] - (double)hi);
-        const float fa = (float)a[ch], fb = (float)b[ch], fc = (float)c[ch];
-        const float xm = (ld(x + i, dt) - hi) - lo;
-        const float vy = xm * fa + fb;
-        const float vdx = (fa * ld(dy + i, dt) - fb) - fc * xm;
-        diff_y += y[i] != st(vy, dt);
-        diff_dx += dx[i] != st(vdx, dt);
+        float vy, vdx;
+        if (dt == SBN_DTYPE_FLOAT32) { /* float64 arithmetic, one rounding */
+          const double xm = (double)ld(x, i, dt) - mean[ch];
+          vy = (float)(xm * a[ch] + b[ch]);
+          vdx = (float)((a[ch] * (double)ld(dy, i, dt) - b[ch]) - c[ch] * xm);
+        } else { /* float32 with the mean split in hi + lo */
+          const float hi = (float)mean[ch], lo = (float)(mean[ch] - (double)hi);
+          const float fa = (float)a[ch], fb = (float)b[ch], fc = (float)c[ch];
+          const float xm = (ld(x, i, dt) - hi) - lo;
+          vy = xm * fa + fb;
+          vdx = (fa * ld(dy, i, dt) - fb) - fc * xm;
+        }
+        diff_y += differs(bits(y, i, dt), vy, dt);
+        diff_dx += differs(bits(dx, i, dt), vdx, dt);
         nan_seen += vy != vy;
       }
     }
@@ -104,19 +142,26 @@ int main(void) {
    * 16 + 8 + 5 per channels-first row; 3x45x29 = 3915 values: one thread.
    * 8x160x41 = 52480 values: several units and threads, rows of 160. */
   static const int64_t shapes[][3] = {{3, 45, 29}, {8, 160, 41}, {5, 7, 1000}};
-  const sbn_dtype dts[] = {SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
-  for (int d = 0; d < 2; d++)
+  const sbn_dtype dts[] = {SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT32};
+  for (int d = 0; d < 3; d++)
     for (int s = 0; s < 3; s++)
       for (int lay = 0; lay < 2; lay++)
         bad |= one(dts[d], (sbn_layout)lay, shapes[s][0], shapes[s][1], shapes[s][2], 0, &r);
   /* Streamed stores: outputs of at least SYNCBN_STREAM_MIB (4 MiB by default);
    * channels-first rows of 4608 bytes, and of 1090 bytes (streamed from
    * 1 KiB), most of them starting off the 32-byte alignment of the stores. */
-  for (int d = 0; d < 2; d++)
+  for (int d = 0; d < 3; d++)
     for (int lay = 0; lay < 2; lay++) {
       bad |= one(dts[d], (sbn_layout)lay, 4, 256, 2304, 1, &r);
       bad |= one(dts[d], (sbn_layout)lay, 4, 1100, 545, 1, &r);
     }
+  /* Channels-first rows under 1 KiB stream as one flat run per hand-out
+   * (14x14-like rows of 250 values; rows of 13, odd, several per vector
+   * boundary), vectors spanning two channels. */
+  for (int d = 0; d < 3; d++) {
+    bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 8, 1100, 250, 1, &r);
+    bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 16, 6007, 13, 1, &r);
+  }
   sbn_cpu_set_isa(isa);
   printf(bad ? "\nELEMENTWISE BIT CHECKS FAILED\n" : "\nall elementwise bit checks passed\n");
   return bad;
