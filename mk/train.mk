@@ -1,7 +1,7 @@
 # syncbn-train, the main job. Built with MPI support when mpicc was found
 # (mk/mpi.mk sets MPICC and MPI_CFLAGS first).
 TRAIN_SRCS := tools/train/model.c tools/train/trainer.c tools/train/report.c tools/train/args.c \
-              tools/train/launch.c tools/train/data.c tools/train/fail.c
+              tools/train/launch.c tools/train/data.c tools/train/fail.c tools/train/resume.c
 TRAIN_BIN := $(BUILD)/tools/syncbn-train
 DEPS_BUILD += libopenblas-dev libcjson-dev zlib1g-dev gnuplot-nox
 DEPS_TEST += gnuplot-nox

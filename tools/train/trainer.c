@@ -17,6 +17,7 @@
 #include "model.h"
 #include "fail.h"
 #include "report.h"
+#include "resume.h"
 
 volatile sig_atomic_t train_interrupted;
 
@@ -63,86 +64,6 @@ static void ckpt_path(char *buf, size_t cap, const train_cfg *cfg, const char *s
 void train_model_path(char *buf, size_t cap, const train_cfg *cfg) { ckpt_path(buf, cap, cfg, ".safetensors"); }
 void train_resume_path(char *buf, size_t cap, const train_cfg *cfg) {
   ckpt_path(buf, cap, cfg, ".resume.safetensors");
-}
-
-/* The trainer's scalars in the resume file: position, the running sums of a
- * partial epoch (so its log row comes out as if never interrupted) and the
- * configuration that must not change across a resume. */
-enum { T_EPOCH, T_STEP, T_RANKS, T_BATCH, T_SEED, T_DATA, T_COUNT, T_WIDTH, T_NINT };
-static const char *const trainer_names[T_NINT] = {
-    "trainer.epoch",           "trainer.step",        "trainer.config.ranks", "trainer.config.batch",
-    "trainer.config.seed",     "trainer.config.data", "trainer.config.train_images", "trainer.config.width"};
-
-typedef struct ckpt_state {
-  sbn_nn_entry *entries; /* model, then optimizer.*, then trainer.* */
-  int count, model_count;
-  int64_t v[T_NINT];
-  double sums[3]; /* loss_sum, correct, seen of the epoch so far */
-} ckpt_state;
-
-static sbn_status ckpt_entries(ckpt_state *c, sbn_module *model, sbn_nn_sgd *sgd) {
-  sbn_nn_entry *me = NULL, *oe = NULL;
-  int mn = 0, on = 0;
-  sbn_status st = sbn_module_entries(&me, &mn, model, SBN_NN_STATE);
-  if (st == SBN_STATUS_OK) st = sbn_nn_sgd_entries(&oe, &on, sgd);
-  if (st == SBN_STATUS_OK) {
-    c->entries = calloc((size_t)(mn + on + T_NINT + 1), sizeof *c->entries);
-    if (!c->entries) st = SBN_STATUS_OUT_OF_MEMORY;
-  }
-  if (st == SBN_STATUS_OK) {
-    memcpy(c->entries, me, sizeof *me * (size_t)mn);
-    for (int i = 0; i < on; i++) { /* keep optimizer names apart from the model's */
-      c->entries[mn + i] = oe[i];
-      snprintf(c->entries[mn + i].name, SBN_NN_NAME_MAX, "optimizer.%.200s", oe[i].name);
-    }
-    for (int i = 0; i < T_NINT; i++) {
-      sbn_nn_entry *e = &c->entries[mn + on + i];
-      snprintf(e->name, SBN_NN_NAME_MAX, "%s", trainer_names[i]);
-      e->kind = SBN_NN_ENTRY_KIND_BUFFER, e->dtype = SBN_DTYPE_INT64, e->ndim = 0, e->numel = 1;
-      e->data = &c->v[i];
-    }
-    sbn_nn_entry *e = &c->entries[mn + on + T_NINT];
-    snprintf(e->name, SBN_NN_NAME_MAX, "trainer.epoch_sums");
-    e->kind = SBN_NN_ENTRY_KIND_BUFFER, e->dtype = SBN_DTYPE_FLOAT64, e->ndim = 1, e->shape[0] = 3, e->numel = 3;
-    e->data = c->sums;
-    c->count = mn + on + T_NINT + 1, c->model_count = mn;
-  }
-  free(me), free(oe);
-  return st;
-}
-
-/* What this run is; a resume must match it. */
-static void ckpt_config(int64_t *v, const train_cfg *cfg, int P, const sbn_dataset *train) {
-  v[T_RANKS] = P, v[T_BATCH] = cfg->batch, v[T_SEED] = (int64_t)cfg->seed;
-  v[T_DATA] = (int64_t)cfg->data_fingerprint, v[T_COUNT] = train->count, v[T_WIDTH] = cfg->width;
-}
-
-static sbn_status resume_check(const int64_t *file, const int64_t *run, const train_cfg *cfg, int64_t steps,
-                               const char *path) {
-  static const char *const what[T_NINT] = {0, 0, "--ranks", "--batch", "--seed", "dataset", "training images", "--width"};
-  char diff[600] = "";
-  for (int i = T_RANKS; i < T_NINT; i++)
-    if (file[i] != run[i]) {
-      size_t l = strlen(diff);
-      if (i == T_DATA)
-        snprintf(diff + l, sizeof diff - l, "%sa different dataset (fingerprint %016llx, now %016llx)", l ? "; " : "",
-                 (unsigned long long)file[i], (unsigned long long)run[i]);
-      else
-        snprintf(diff + l, sizeof diff - l, "%s%s %lld (now %lld)", l ? "; " : "", what[i], (long long)file[i],
-                 (long long)run[i]);
-    }
-  if (diff[0])
-    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
-                    "resume: %s was written by a run with %s: the batches and statistics would differ. Resume with "
-                    "the same options, or start afresh without --resume",
-                    path, diff);
-  const int64_t e = file[T_EPOCH], s = file[T_STEP];
-  if (e < 0 || e > cfg->epochs || s < 0 || s >= steps || (e == cfg->epochs && s != 0))
-    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
-                    "resume: %s holds position epoch %lld, step %lld, outside this run's %d epochs of %lld steps "
-                    "(a damaged or foreign checkpoint)",
-                    path, (long long)e, (long long)s, cfg->epochs, (long long)steps);
-  return SBN_STATUS_OK;
 }
 
 static int term_columns(void) {
@@ -204,27 +125,6 @@ static sbn_status evaluate(double *acc, sbn_group *g, sbn_module *model, const s
   return st;
 }
 
-/* Read the resume file into the entries (all validated before anything
- * changes). Every rank reads it (a shared file system for MPI across
- * machines); the wrap afterwards broadcasts rank 0's model anyway. */
-static sbn_status load_resume(ckpt_state *ck, const char *path) {
-  FILE *f = fopen(path, "rb");
-  unsigned char *buf = NULL;
-  long len = -1;
-  sbn_status st;
-  if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-  if (f && len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len)) &&
-      fread(buf, 1, (size_t)len, f) == (size_t)len) {
-    st = sbn_nn_load_entries(ck->entries, ck->count, buf, (size_t)len, SBN_NN_LOAD_STRICT, NULL);
-    if (st != SBN_STATUS_OK) st = train_fail(st, "resume: %s: %.900s", path, sbn_last_error());
-  } else {
-    st = train_fail(SBN_STATUS_IO_ERROR, "resume: cannot read %s", path);
-  }
-  if (f) fclose(f);
-  free(buf);
-  return st;
-}
-
 /* A rank-local failure (a file only rank 0 writes, a resume file one rank
  * cannot read) must reach every rank before the next collective, or the
  * others would wait for the failed rank until the group's timeout. */
@@ -247,7 +147,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   sbn_module *model = NULL, *converted = NULL;
   sbn_nn_sgd *sgd = NULL;
   sbn_dp *dp = NULL;
-  ckpt_state ck = {0};
+  resume_state ck = {0};
   int64_t *perm = malloc(sizeof(int64_t) * (size_t)train->count);
   const int64_t max_local = cfg->batch + 1 > 64 ? cfg->batch + 1 : 64;
   const size_t img_floats = (size_t)max_local * train->channels * train->height * train->width;
@@ -264,43 +164,37 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   }
   sbn_nn_sgd_options so = {cfg->lr, cfg->momentum, 0.0, cfg->weight_decay, 0};
   if (st == SBN_STATUS_OK) st = sbn_nn_sgd_create(&sgd, model, &so);
-  if (st == SBN_STATUS_OK) st = ckpt_entries(&ck, model, sgd);
-  int64_t run_cfg[T_NINT] = {0};
-  ckpt_config(run_cfg, cfg, P, train);
-  memcpy(ck.v, run_cfg, sizeof run_cfg);
+  if (st == SBN_STATUS_OK) st = resume_init(&ck, model, sgd, cfg, P, train->count);
   char model_path[512], resume_path[512];
   train_model_path(model_path, sizeof model_path, cfg);
   train_resume_path(resume_path, sizeof resume_path, cfg);
   if (st == SBN_STATUS_OK && cfg->resume && access(resume_path, F_OK) == 0) {
-    st = load_resume(&ck, resume_path);
-    if (st == SBN_STATUS_OK) st = resume_check(ck.v, run_cfg, cfg, steps_per_epoch, resume_path);
+    st = resume_load(&ck, resume_path);
     if (st == SBN_STATUS_OK && rank == 0 && !cfg->quiet)
-      printf("  resumed from %s at epoch %lld, step %lld\n", resume_path, (long long)ck.v[T_EPOCH] + 1,
-             (long long)ck.v[T_STEP]);
-  } else {
-    ck.v[T_EPOCH] = ck.v[T_STEP] = 0;
+      printf("  resumed from %s at epoch %lld, step %lld\n", resume_path, (long long)ck.v[RESUME_EPOCH] + 1,
+             (long long)ck.v[RESUME_STEP]);
   }
-  if (st == SBN_STATUS_OK && rank == 0 && cfg->csv_path && report_csv_trim(cfg->csv_path, mode, (int)ck.v[T_EPOCH]))
+  if (st == SBN_STATUS_OK && rank == 0 && cfg->csv_path && report_csv_trim(cfg->csv_path, mode, (int)ck.v[RESUME_EPOCH]))
     st = train_fail(SBN_STATUS_IO_ERROR, "cannot write the log %s", cfg->csv_path);
   st = agree(g, st);
   sbn_dp_options dpo = sbn_dp_options_default();
   dpo.reduce = SBN_DP_REDUCE_SUM; /* with the loss divided by the global batch */
   if (st == SBN_STATUS_OK) st = sbn_dp_wrap(&dp, model, &sgd, 1, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, g, &dpo);
-  if (st == SBN_STATUS_OK) st = sbn_dp_set_train_step_counter(dp, ck.v[T_EPOCH] * steps_per_epoch + ck.v[T_STEP]);
+  if (st == SBN_STATUS_OK) st = sbn_dp_set_train_step_counter(dp, ck.v[RESUME_EPOCH] * steps_per_epoch + ck.v[RESUME_STEP]);
 
   int stop = 0;
   int64_t steps_here = 0;
   const double t_start = now();
-  const int64_t steps_total = (cfg->epochs - ck.v[T_EPOCH]) * steps_per_epoch - ck.v[T_STEP];
-  for (int epoch = (int)ck.v[T_EPOCH]; epoch < cfg->epochs && st == SBN_STATUS_OK && !stop; epoch++) {
+  const int64_t steps_total = (cfg->epochs - ck.v[RESUME_EPOCH]) * steps_per_epoch - ck.v[RESUME_STEP];
+  for (int epoch = (int)ck.v[RESUME_EPOCH]; epoch < cfg->epochs && st == SBN_STATUS_OK && !stop; epoch++) {
     shuffle(perm, train->count, cfg->seed, epoch);
     /* cosine learning-rate decay per epoch: a function of the epoch alone,
      * so a resumed run follows the same schedule */
     st = sbn_nn_sgd_set_lr(sgd, cfg->lr * 0.5 * (1.0 + cos(3.141592653589793 * epoch / cfg->epochs)));
     double t0 = now(), loss_sum = 0, correct_sum = 0, seen = 0;
     int64_t step = 0, steps_epoch_here = 0;
-    if (epoch == ck.v[T_EPOCH] && ck.v[T_STEP] > 0) /* the rest of a partial epoch */
-      step = ck.v[T_STEP], loss_sum = ck.sums[0], correct_sum = ck.sums[1], seen = ck.sums[2];
+    if (epoch == ck.v[RESUME_EPOCH] && ck.v[RESUME_STEP] > 0) /* the rest of a partial epoch */
+      step = ck.v[RESUME_STEP], loss_sum = ck.sums[0], correct_sum = ck.sums[1], seen = ck.sums[2];
     for (; step < steps_per_epoch && st == SBN_STATUS_OK && !stop; step++) {
       const int64_t b0 = step * global_batch;
       const int64_t m = train->count - b0 < global_batch ? train->count - b0 : global_batch;
@@ -308,7 +202,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
        * SyncBN handles that (an empty rank contributes nothing to the
        * global statistics), a local BatchNorm over 0 values cannot. */
       if (!cfg->sync_bn && m < P) {
-        if (rank == 0 && epoch == ck.v[T_EPOCH]) result->images_skipped = m;
+        if (rank == 0 && epoch == ck.v[RESUME_EPOCH]) result->images_skipped = m;
         continue;
       }
       const int64_t lo = b0 + m * rank / P, hi = b0 + m * (rank + 1) / P, n = hi - lo;
@@ -347,8 +241,8 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
     if (rank == 0 && cfg->progress) fprintf(stderr, "\r%*s\r", term_columns() - 1, "");
     const int partial = stop && step < steps_per_epoch;
     /* position for a checkpoint: the next step, or the next epoch */
-    ck.v[T_EPOCH] = partial ? epoch : epoch + 1;
-    ck.v[T_STEP] = partial ? step : 0;
+    ck.v[RESUME_EPOCH] = partial ? epoch : epoch + 1;
+    ck.v[RESUME_STEP] = partial ? step : 0;
     ck.sums[0] = partial ? loss_sum : 0, ck.sums[1] = partial ? correct_sum : 0, ck.sums[2] = partial ? seen : 0;
     if (seen == 0 && !partial) {
       st = train_fail(SBN_STATUS_INVALID_ARGUMENT,
@@ -389,6 +283,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   sbn_dp_destroy(dp);
   sbn_nn_sgd_destroy(sgd);
   sbn_module_destroy(model);
-  free(ck.entries), free(perm), free(img), free(dlogits), free(lab), free(targets);
+  resume_free(&ck);
+  free(perm), free(img), free(dlogits), free(lab), free(targets);
   return st;
 }

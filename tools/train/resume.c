@@ -1,0 +1,166 @@
+#include "resume.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fail.h"
+
+static const char *const trainer_names[RESUME_NINT] = {
+    "trainer.epoch",       "trainer.step",        "trainer.config.ranks",        "trainer.config.batch",
+    "trainer.config.seed", "trainer.config.data", "trainer.config.train_images", "trainer.config.width"};
+#define SUMS_NAME "trainer.epoch_sums"
+#define OPT_STEP_NAME "optimizer.step"
+
+static void scalar_entry(sbn_nn_entry *e, const char *name, int64_t *data) {
+  memset(e, 0, sizeof *e);
+  snprintf(e->name, SBN_NN_NAME_MAX, "%s", name);
+  e->kind = SBN_NN_ENTRY_KIND_BUFFER, e->dtype = SBN_DTYPE_INT64, e->ndim = 0, e->numel = 1;
+  e->data = data;
+}
+static void sums_entry(sbn_nn_entry *e, double *data) {
+  memset(e, 0, sizeof *e);
+  snprintf(e->name, SBN_NN_NAME_MAX, SUMS_NAME);
+  e->kind = SBN_NN_ENTRY_KIND_BUFFER, e->dtype = SBN_DTYPE_FLOAT64, e->ndim = 1, e->shape[0] = 3, e->numel = 3;
+  e->data = data;
+}
+
+sbn_status resume_init(resume_state *rs, sbn_module *model, sbn_nn_sgd *sgd, const train_cfg *cfg, int ranks,
+                       int64_t train_count) {
+  memset(rs, 0, sizeof *rs);
+  sbn_nn_entry *me = NULL, *oe = NULL;
+  int mn = 0, on = 0;
+  sbn_status st = sbn_module_entries(&me, &mn, model, SBN_NN_STATE);
+  if (st == SBN_STATUS_OK) st = sbn_nn_sgd_entries(&oe, &on, sgd);
+  if (st == SBN_STATUS_OK) {
+    rs->entries = calloc((size_t)(mn + on + RESUME_NINT + 1), sizeof *rs->entries);
+    if (!rs->entries) st = train_fail(SBN_STATUS_OUT_OF_MEMORY, "syncbn-train: out of memory");
+  }
+  if (st == SBN_STATUS_OK) {
+    memcpy(rs->entries, me, sizeof *me * (size_t)mn);
+    for (int i = 0; i < on; i++) { /* keep optimizer names apart from the model's */
+      rs->entries[mn + i] = oe[i];
+      snprintf(rs->entries[mn + i].name, SBN_NN_NAME_MAX, "optimizer.%.200s", oe[i].name);
+    }
+    for (int i = 0; i < RESUME_NINT; i++) scalar_entry(&rs->entries[mn + on + i], trainer_names[i], &rs->v[i]);
+    sums_entry(&rs->entries[mn + on + RESUME_NINT], rs->sums);
+    rs->count = mn + on + RESUME_NINT + 1, rs->model_count = mn;
+    rs->run[RESUME_RANKS] = ranks, rs->run[RESUME_BATCH] = cfg->batch, rs->run[RESUME_SEED] = (int64_t)cfg->seed;
+    rs->run[RESUME_DATA] = (int64_t)cfg->data_fingerprint, rs->run[RESUME_COUNT] = train_count;
+    rs->run[RESUME_WIDTH] = cfg->width;
+    memcpy(rs->v, rs->run, sizeof rs->v);
+    rs->epochs = cfg->epochs;
+    rs->global_batch = (int64_t)ranks * cfg->batch;
+    rs->steps_per_epoch = rs->global_batch > 0 ? (train_count + rs->global_batch - 1) / rs->global_batch : 0;
+  }
+  free(me), free(oe);
+  if (st != SBN_STATUS_OK) resume_free(rs);
+  return st;
+}
+
+void resume_free(resume_state *rs) {
+  free(rs->entries);
+  rs->entries = NULL, rs->count = rs->model_count = 0;
+}
+
+/* The file's configuration against this run's. */
+static sbn_status check_config(const resume_state *rs, const int64_t *file, const char *name) {
+  static const char *const what[RESUME_NINT] = {0,         0,         "--ranks",         "--batch",
+                                                "--seed",  "dataset", "training images", "--width"};
+  char diff[600] = "";
+  for (int i = RESUME_RANKS; i < RESUME_NINT; i++)
+    if (file[i] != rs->run[i]) {
+      size_t l = strlen(diff);
+      if (i == RESUME_DATA)
+        snprintf(diff + l, sizeof diff - l, "%sa different dataset (fingerprint %016llx, now %016llx)", l ? "; " : "",
+                 (unsigned long long)file[i], (unsigned long long)rs->run[i]);
+      else
+        snprintf(diff + l, sizeof diff - l, "%s%s %lld (now %lld)", l ? "; " : "", what[i], (long long)file[i],
+                 (long long)rs->run[i]);
+    }
+  if (diff[0])
+    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "resume: %s was written by a run with %s: the batches and statistics would differ. Resume with "
+                      "the same options, or start afresh without --resume",
+                      name, diff);
+  return SBN_STATUS_OK;
+}
+
+/* Position, epoch sums and optimizer step: values this run could have
+ * written. Every step before a partial epoch's stop is a full global batch
+ * (only the last one may be short), so `seen` is exactly step * batch. */
+static sbn_status check_position(const resume_state *rs, const int64_t *file, const double *sums, int64_t opt_step,
+                                 const char *name) {
+  const int64_t e = file[RESUME_EPOCH], s = file[RESUME_STEP], spe = rs->steps_per_epoch;
+  if (e < 0 || e > rs->epochs || s < 0 || s >= spe || (e == rs->epochs && s != 0))
+    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "resume: %s holds position epoch %lld, step %lld, outside this run's %d epochs of %lld steps "
+                      "(a damaged or foreign checkpoint)",
+                      name, (long long)e, (long long)s, rs->epochs, (long long)spe);
+  const double seen = (double)(s * rs->global_batch); /* s < spe: no overflow */
+  if (sums[2] != seen || !(sums[1] >= 0 && sums[1] <= seen) || sums[0] < 0 || (s == 0 && sums[0] != 0))
+    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "resume: %s holds epoch sums (loss %g, correct %g, seen %g) that %lld steps of %lld images "
+                      "cannot give (a damaged or foreign checkpoint)",
+                      name, sums[0], sums[1], sums[2], (long long)s, (long long)rs->global_batch);
+  /* one optimizer step per training step, none for a local-BN tail that
+   * cannot give every rank an image */
+  const int64_t steps_done = e * spe + s;
+  if (opt_step < 0 || opt_step > steps_done)
+    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "resume: %s holds optimizer step %lld, but its position is %lld steps into the run "
+                      "(a damaged or foreign checkpoint)",
+                      name, (long long)opt_step, (long long)steps_done);
+  return SBN_STATUS_OK;
+}
+
+sbn_status resume_load_memory(resume_state *rs, const void *buf, size_t len, const char *name) {
+  train_clear_error();
+  /* First the trainer's scalars and the optimizer step alone, into scratch
+   * copies: checked before the model and optimizer are touched. */
+  int64_t v[RESUME_NINT], opt_step = 0;
+  double sums[3];
+  sbn_nn_entry head[RESUME_NINT + 2];
+  for (int i = 0; i < RESUME_NINT; i++) scalar_entry(&head[i], trainer_names[i], &v[i]);
+  sums_entry(&head[RESUME_NINT], sums);
+  scalar_entry(&head[RESUME_NINT + 1], OPT_STEP_NAME, &opt_step);
+  sbn_nn_load_report rep = {0};
+  sbn_status st = sbn_nn_load_entries(head, RESUME_NINT + 2, buf, len, 0, &rep);
+  if (st != SBN_STATUS_OK) return train_fail(st, "resume: %s: %.900s", name, sbn_last_error());
+  const int missing = rep.num_missing;
+  char first[SBN_NN_NAME_MAX] = "";
+  if (missing) snprintf(first, sizeof first, "%s", rep.missing[0]);
+  sbn_nn_load_report_free(&rep);
+  if (missing)
+    return train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "resume: %s has no %s%s: not a syncbn-train resume checkpoint (the model file alone cannot "
+                      "resume; start afresh without --resume)",
+                      name, first, missing > 1 ? " (and more)" : "");
+  st = check_config(rs, v, name);
+  if (st == SBN_STATUS_OK) st = check_position(rs, v, sums, opt_step, name);
+  if (st != SBN_STATUS_OK) return st;
+  /* Then everything, strictly: same file, so only the model's and the
+   * optimizer's keys, shapes and dtypes can still fail, and then nothing
+   * changed. */
+  st = sbn_nn_load_entries(rs->entries, rs->count, buf, len, SBN_NN_LOAD_STRICT, NULL);
+  if (st != SBN_STATUS_OK) return train_fail(st, "resume: %s: %.900s", name, sbn_last_error());
+  return SBN_STATUS_OK;
+}
+
+sbn_status resume_load(resume_state *rs, const char *path) {
+  train_clear_error();
+  FILE *f = fopen(path, "rb");
+  unsigned char *buf = NULL;
+  long len = -1;
+  sbn_status st;
+  if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+  if (f && len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len)) &&
+      fread(buf, 1, (size_t)len, f) == (size_t)len)
+    st = resume_load_memory(rs, buf, (size_t)len, path);
+  else
+    st = train_fail(SBN_STATUS_IO_ERROR, "resume: cannot read %s", path);
+  if (f) fclose(f);
+  free(buf);
+  return st;
+}
