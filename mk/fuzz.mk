@@ -2,10 +2,11 @@
 #   fuzz_safetensors  the checkpoint loader (sbn_nn_load_memory)
 #   fuzz_cifar10      the CIFAR-10 binary loader
 #   fuzz_mnist        the MNIST IDX loader (image and label files)
-# Seeds are checked in under tests/fuzz/corpus/<target> (tests/fuzz/
-# make_seeds.py writes them). The trainer's resume path has no parse
-# function of its own yet: it reads its state through sbn_nn_load_entries,
-# which fuzz_safetensors covers; a target for it belongs here once it does.
+#   fuzz_resume       syncbn-train's resume checkpoint (resume_load_memory,
+#                     what --resume runs: format, configuration, position)
+# Seeds are checked in under tests/fuzz/corpus/<target>; `make fuzz-seeds`
+# rewrites them (tests/fuzz/make_seeds.py; the resume seeds start from files
+# that tests/train/test_resume writes, and that test checks them all).
 #
 #   make fuzz              each target for FUZZ_TIME seconds (default 600);
 #                          new inputs in build-fuzz/corpus/, crashes in
@@ -19,7 +20,7 @@
 FUZZ_CC ?= clang
 FUZZ_TIME ?= 600
 FUZZ_QUICK_TIME ?= 3
-FUZZ_NAMES := safetensors cifar10 mnist
+FUZZ_NAMES := safetensors cifar10 mnist resume
 FUZZ_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                -fsanitize=fuzzer-no-link
 FUZZ_MAKE := $(MAKE) --no-print-directory BUILD=build-fuzz CC=$(FUZZ_CC) MPICC= SBN_SANITIZE=1 SBN_OPENMP=0 \
@@ -37,7 +38,15 @@ $(BUILD)/fuzz/fuzz_mnist: tests/fuzz/fuzz_datasets.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) -fsanitize=fuzzer -DFUZZ_MNIST -o $@ $< $(SBN_STATIC_LINK)
 
-.PHONY: fuzz fuzz-build check-fuzz-quick
+FUZZ_RESUME_SRCS := tests/train/resume_fixture.c tools/train/resume.c tools/train/fail.c tools/train/model.c
+$(BUILD)/fuzz/fuzz_resume: tests/fuzz/fuzz_resume.c $(FUZZ_RESUME_SRCS) tests/train/resume_fixture.h \
+                           $(wildcard tools/train/*.h) $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -fsanitize=fuzzer -Itools -Itests/train -o $@ $< $(FUZZ_RESUME_SRCS) $(SBN_STATIC_LINK)
+
+.PHONY: fuzz fuzz-build check-fuzz-quick fuzz-seeds
+fuzz-seeds: $(BUILD)/tests/train/test_resume
+	$(PYTHON) tests/fuzz/make_seeds.py $(BUILD)/tests/train/test_resume
 fuzz-build:
 	@command -v $(FUZZ_CC) >/dev/null || scripts/deps.sh clang
 	+@$(FUZZ_MAKE) $(FUZZ_NAMES:%=build-fuzz/fuzz/fuzz_%)

@@ -32,3 +32,14 @@ run-fashion-mnist: deps-build
 	@$(MAKE) --no-print-directory $(TRAIN_BIN)
 	$(TRAIN_BIN) $(FASHION_ARGS)
 EXTRA_TEST_CMDS += 'cmd:tests/train/test_train_output.sh $(TRAIN_BIN)'
+
+# The resume checkpoint's validation (tools/train/resume.c) over the seed corpus of
+# its fuzz target (tests/fuzz/corpus/resume, written by make fuzz-seeds).
+RESUME_TEST_SRCS := tests/train/resume_fixture.c tools/train/resume.c tools/train/fail.c tools/train/model.c
+RESUME_TEST := $(BUILD)/tests/train/test_resume
+all: $(RESUME_TEST)
+$(RESUME_TEST): tests/train/test_resume.c $(RESUME_TEST_SRCS) tests/train/resume_fixture.h $(wildcard tools/train/*.h) \
+                $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -Itools -Itests/train -o $@ $< $(RESUME_TEST_SRCS) $(SBN_STATIC_LINK)
+EXTRA_TEST_CMDS += 'cmd:$(RESUME_TEST) tests/fuzz/corpus/resume'
