@@ -65,13 +65,15 @@ $(BUILD)/tests/test_nccl_stub: tests/test_nccl_stub.c $(BUILD)/nccl/nccl_stub.o 
 	@mkdir -p $(dir $@)
 	$(SBN_LD) -o $@ $< $(BUILD)/nccl/nccl_stub.o $(SBN_STATIC_LINK)
 
-# The header in C++ (the CUDA kernels include it): the same test as C++.
+# The header in C++ (the CUDA kernels include it): the same test as C++,
+# with the sanitizer flags of the build it links into (exact_sum.o).
 CXX_FOUND := $(shell command -v $(CXX) 2>/dev/null)
 ifneq ($(CXX_FOUND),)
+XSUM_CXX_SAN := $(filter -fsanitize=% -fno-sanitize%,$(CFLAGS))
 $(BUILD)/tests/test_xsum_fixed_cxx: tests/test_xsum_fixed.c src/comm/exact_sum_fixed.h $(BUILD)/src/comm/exact_sum.o
 	@mkdir -p $(dir $@)
-	$(CXX) -O2 -Wall -Wextra -Iinclude -x c++ -c $< -o $@.o
-	$(CXX) -o $@ $@.o $(BUILD)/src/comm/exact_sum.o -lm
+	$(CXX) -O2 -Wall -Wextra $(XSUM_CXX_SAN) -Iinclude -x c++ -c $< -o $@.o
+	$(CXX) $(XSUM_CXX_SAN) -o $@ $@.o $(BUILD)/src/comm/exact_sum.o -lm
 all: $(BUILD)/tests/test_xsum_fixed_cxx
 EXTRA_TEST_CMDS += 'cmd:$(BUILD)/tests/test_xsum_fixed_cxx'
 endif

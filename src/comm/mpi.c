@@ -120,6 +120,7 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t com
 #include <time.h>
 
 #include "mpi_reqs.h"
+#include "../core/leak.h"
 #include "syncbn_mpi.h"
 
 enum {
@@ -706,6 +707,7 @@ static void mpi_destroy(sbn_group *g) {
     /* The failed call's reduction may still reference the buffers:
      * MPI_Comm_free lets it finish; the memory is not reused. */
     MPI_Comm_free(&m->comm);
+    sbn_keep_on_purpose(m);
     return;
   }
   if (m->ctrl_req != MPI_REQUEST_NULL) {
