@@ -32,10 +32,10 @@ endif
 ASAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 TSAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
 SAN_SUPP := $(CURDIR)/tests/sanitize
-ASAN_ENV := TEST_TIMEOUT=1800 ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0 \
+ASAN_ENV := TEST_TIMEOUT=1800 SBN_TEST_SANITIZED=1 ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0 \
             LSAN_OPTIONS=suppressions=$(SAN_SUPP)/lsan.supp:print_suppressions=0 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(SAN_SUPP)/ubsan.supp
-TSAN_ENV := TEST_TIMEOUT=1800 TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1:second_deadlock_stack=1:suppressions=$(SAN_SUPP)/tsan.supp:report_signal_unsafe=0
+TSAN_ENV := TEST_TIMEOUT=1800 SBN_TEST_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1:second_deadlock_stack=1:suppressions=$(SAN_SUPP)/tsan.supp:report_signal_unsafe=0
 ASAN_MAKE := $(MAKE) --no-print-directory BUILD=build-asan SBN_SANITIZE=1 CFLAGS="$(ASAN_CFLAGS)"
 TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan SBN_SANITIZE=1 SBN_OPENMP=0 CFLAGS="$(TSAN_CFLAGS)"
 

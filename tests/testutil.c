@@ -207,3 +207,10 @@ void bn_snap(sbn_bn *bn, bn_snapshot *s) {
   if (sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_BIAS) == SBN_STATUS_OK) memcpy(s->gb, v.data, bytes);
   sbn_bn_get_num_batches_tracked(bn, &s->nbt);
 }
+
+int test_skip_large(int64_t numel, int64_t limit) {
+  const char *e = getenv("SBN_TEST_SANITIZED");
+  if (!e || atoi(e) == 0 || numel <= limit) return 0;
+  printf("  (%lld values: skipped under SBN_TEST_SANITIZED=1; the normal build runs it)\n", (long long)numel);
+  return 1;
+}

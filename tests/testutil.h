@@ -80,6 +80,11 @@ typedef struct bn_snapshot {
 } bn_snapshot;
 void bn_snap(sbn_bn *bn, bn_snapshot *s);
 
+/* SBN_TEST_SANITIZED=1 (set by make check-asan and check-tsan): the slowest
+ * tests leave out their largest shapes (over `limit` values), which the
+ * normal build runs, and say so. Returns 1 when `numel` is to be skipped. */
+int test_skip_large(int64_t numel, int64_t limit);
+
 #define CHECK_OK(call)                                                                  \
   do {                                                                                  \
     sbn_status st_ = (call);                                                            \

@@ -71,7 +71,7 @@ static int rank_main(sbn_group *world, void *arg) {
 
 static void on_stop_signal(int sig) {
   (void)sig;
-  train_interrupted = 1;
+  atomic_store_explicit(&train_interrupted, 1, memory_order_relaxed);
 }
 
 /* A group that broke (a rank stopped arriving) cannot be finalized: under

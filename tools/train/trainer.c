@@ -19,7 +19,8 @@
 #include "report.h"
 #include "resume.h"
 
-volatile sig_atomic_t train_interrupted;
+atomic_int train_interrupted;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the stop flag is set in a signal handler: it must be lock-free");
 
 static double now(void) {
   struct timespec t;
@@ -224,7 +225,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
       /* loss (already / m), correct, and the stop requests: a signal may
        * reach the ranks at different moments; the sum makes them agree */
       steps_here++, steps_epoch_here++;
-      double red[3] = {loss, (double)correct, train_interrupted ? 1 : 0};
+      double red[3] = {loss, (double)correct, atomic_load_explicit(&train_interrupted, memory_order_relaxed) ? 1 : 0};
       if (rank == 0 && cfg->stop_after_steps > 0 && steps_here >= cfg->stop_after_steps) red[2] = 1;
       if (st == SBN_STATUS_OK) st = sbn_group_allreduce(g, red, 3, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
       if (st != SBN_STATUS_OK) break;

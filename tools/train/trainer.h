@@ -2,7 +2,7 @@
 #ifndef SBN_TRAIN_TRAINER_H
 #define SBN_TRAIN_TRAINER_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "syncbn_data.h"
 #include "syncbn_dp.h"
@@ -39,8 +39,10 @@ typedef struct train_result {
 } train_result;
 
 /* Set by the SIGINT/SIGTERM handler on any rank; at every step boundary the
- * ranks agree (one all-reduce) to stop together. */
-extern volatile sig_atomic_t train_interrupted;
+ * ranks agree (one all-reduce) to stop together. An atomic, not a volatile
+ * sig_atomic_t: the handler runs on one thread while the thread ranks read
+ * it on theirs (a lock-free atomic is safe in a signal handler too). */
+extern atomic_int train_interrupted;
 
 /* Train on `group` (every rank calls it with the same cfg and datasets).
  * Rank 0 fills *result. Returns a status; messages via sbn_last_error(). */
