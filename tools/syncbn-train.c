@@ -276,6 +276,7 @@ int main(int argc, char **argv) {
         printf("  %-16s %10s %12s %12s%s\n", !strcmp(modes[i], "syncbn") ? "SyncBN" : "local BN", "-", "-", "-",
                r->interrupted ? "  (interrupted before an epoch completed)" : "");
       if (r->checkpoint[0]) printf("  checkpoint: %s\n", r->checkpoint);
+      if (r->interrupted && r->checkpoint[0]) printf("  (to continue: the same command with --resume)\n");
       if (r->images_skipped)
         printf("  (local BN skipped the last %lld image(s) of each epoch: fewer than the %d ranks)\n",
                (long long)r->images_skipped, base.ranks);
@@ -284,7 +285,10 @@ int main(int argc, char **argv) {
     fflush(stdout);
     char title[200];
     snprintf(title, sizeof title, "syncbn-train: %d ranks x batch %d, %s data", base.ranks, base.batch, train.name);
-    if (report_plot(png, csv, title, modes, nmodes) == 0) printf("  plot: %s\n", png);
+    int epochs_done = 0; /* the plot draws complete epochs only */
+    for (int i = 0; i < nmodes; i++) epochs_done += res_ptrs[i]->epochs_done;
+    if (!epochs_done) printf("  plot: not drawn (no epoch completed)\n");
+    else if (report_plot(png, csv, title, modes, nmodes) == 0) printf("  plot: %s\n", png);
     else printf("  plot: not drawn (gnuplot missing or failed)\n");
   }
   sbn_dataset_free(&train), sbn_dataset_free(&test);
