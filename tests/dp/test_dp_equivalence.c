@@ -144,6 +144,7 @@ int main(int argc, char **argv) {
     if (!bad && rank == 0) bad = compare(&ranks_out[0], &single, P, "MPI ranks, SyncBN + wrapper", 1);
     sbn_group_destroy(world);
     MPI_Finalize();
+    free(ranks_out[0].params), free(single.params);
     if (rank == 0) printf(bad ? "FAILED\n" : "data-parallel equivalence holds over MPI\n");
     return bad;
   }
