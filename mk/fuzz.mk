@@ -14,7 +14,7 @@
 #   make check-fuzz-quick  each target for FUZZ_QUICK_TIME seconds (make check)
 #
 # Everything is built by clang (installed by scripts/deps.sh when missing)
-# into build-fuzz/, with ASan and UBSan, OpenMP and MPI left out.
+# into build-fuzz/, with ASan and UBSan, MPI left out.
 .DEFAULT_GOAL := all
 
 FUZZ_CC ?= clang
@@ -23,7 +23,7 @@ FUZZ_QUICK_TIME ?= 3
 FUZZ_NAMES := safetensors cifar10 mnist resume
 FUZZ_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                -fsanitize=fuzzer-no-link
-FUZZ_MAKE := $(MAKE) --no-print-directory BUILD=build-fuzz CC=$(FUZZ_CC) MPICC= SBN_SANITIZE=1 SBN_OPENMP=0 \
+FUZZ_MAKE := $(MAKE) --no-print-directory BUILD=build-fuzz CC=$(FUZZ_CC) MPICC= SBN_SANITIZE=1 \
              CFLAGS="$(FUZZ_CFLAGS)"
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 

@@ -3,25 +3,18 @@
 #   make check-asan   AddressSanitizer + UndefinedBehaviorSanitizer (+ leak
 #                     checking), build-asan/, the whole suite
 #   make check-tsan   ThreadSanitizer, build-tsan/, the whole suite
-#   make check-sanitize-quick   the subset `make check` runs (SAN_QUICK_*)
+#   make check-asan-quick, check-tsan-quick   the subsets `make check` runs
+#                     (SAN_QUICK_*)
 #
-# Both build without MPI (MPICC=): Open MPI is not instrumented and its own
-# allocations and progress threads drown the reports; the MPI paths run in
-# the normal suite. The TSan build also leaves OpenMP out (-fno-openmp):
-# libgomp is not instrumented, so TSan cannot see its barriers and reports
-# every kernel's partial sums as racing. The kernels then run on one thread
-# per rank with the same bits (their thread-count independence is checked by
-# tests/cpu/test_cpu_determinism in the normal build); what TSan checks is
-# the ranks' threads, the groups and the wrapper's communication thread.
-# Suppressions (tests/sanitize/*.supp) say why each entry is there.
+# Both include the MPI backend and its tests under mpirun: Open MPI itself is
+# not instrumented, and its own allocations are suppressed (tests/sanitize/
+# lsan.supp, each entry with its reason; the ASan runs unwind fully so that
+# Open MPI's frames show). The kernels' helper threads (src/cpu/
+# cpu_parallel.c, no OpenMP) are instrumented like everything else.
+# SBN_TEST_SANITIZED=1 makes the slowest tests leave out their largest
+# shapes (the normal build runs them). The Python tests need an
+# uninstrumented library (mk/python.mk) and stay in the normal suite.
 .DEFAULT_GOAL := all
-
-# The sanitizer builds pass CFLAGS (the user's variable: they replace the
-# optimization flags) and SBN_SANITIZE=1; SBN_OPENMP=0 leaves OpenMP out.
-ifeq ($(SBN_OPENMP),0)
-LIB_LDLIBS := $(filter-out -fopenmp,$(LIB_LDLIBS))
-$(BUILD)/src/cpu/cpu_parallel.o: SBN_CFLAGS += -fno-openmp
-endif
 
 # tests/cpu/test_cpu_noalloc replaces malloc for the whole process to count
 # calls, which no sanitizer runtime allows: it runs in the normal suite only.
@@ -37,7 +30,7 @@ ASAN_ENV := TEST_TIMEOUT=1800 SBN_TEST_SANITIZED=1 ASAN_OPTIONS=abort_on_error=0
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(SAN_SUPP)/ubsan.supp
 TSAN_ENV := TEST_TIMEOUT=1800 SBN_TEST_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1:second_deadlock_stack=1:suppressions=$(SAN_SUPP)/tsan.supp:report_signal_unsafe=0
 ASAN_MAKE := $(MAKE) --no-print-directory BUILD=build-asan SBN_SANITIZE=1 CFLAGS="$(ASAN_CFLAGS)"
-TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan SBN_SANITIZE=1 SBN_OPENMP=0 CFLAGS="$(TSAN_CFLAGS)"
+TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan SBN_SANITIZE=1 CFLAGS="$(TSAN_CFLAGS)"
 
 # The subset run by `make check` (a few minutes on 2 cores, timed in
 # README): the tests of misuse, empty batches, limits, checkpoints, the

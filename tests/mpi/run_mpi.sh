@@ -61,7 +61,9 @@ algorithms)
         --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm $((alg + 2)) \
         "$build/tests/mpi/test_mpi_equivalence" 6 >"$log" 2>&1; rc=$?
       grep -E "^(FAIL|np=)|engine" "$log"
-      [ $rc -eq 0 ] || { tail -30 "$log"; fail "np=$np algorithm $alg (exit $rc)"; }
+      # on failure: the end of the output, and any sanitizer report (a rank
+      # that exits first prints it well before the others' last lines)
+      [ $rc -eq 0 ] || { tail -30 "$log"; grep -A40 "^==[0-9]*==ERROR" "$log" | head -80; fail "np=$np algorithm $alg (exit $rc)"; }
       rm -f "$log"
     done
   done ;;
