@@ -72,7 +72,7 @@ static int train(sbn_group *group, int sync, outcome *out) {
     const int m = global_batch[k], lo = m * r / P, hi = m * (r + 1) / P;
     int64_t shape[4] = {hi - lo, C_IN, H, W};
     sbn_tensor x = sbn_tensor_cpu(images[k] + (size_t)lo * C_IN * H * W, 4, shape, SBN_DTYPE_FLOAT32,
-                                  SBN_LAYOUT_CHANNELS_FIRST), y;
+                                  SBN_LAYOUT_CHANNELS_FIRST), y = {0};
     double loss = 0;
     st = group ? sbn_dp_zero_grad(dp) : sbn_module_zero_grad(model);
     if (st == SBN_STATUS_OK) st = group ? sbn_dp_forward(dp, &y, &x) : sbn_module_forward(model, &y, &x);

@@ -74,7 +74,7 @@ static int rank_main(sbn_group *world, void *arg) {
   static float img[P][2 * 3 * 8 * 8], dl[P][2 * 10];
   for (int i = 0; i < 2 * 3 * 8 * 8; i++) img[rank][i] = (float)((i * 37 + rank * 101) % 17) / 8.0f - 1.0f;
   int64_t shape[4] = {2, 3, 8, 8}, labels[2] = {rank, 9 - rank};
-  sbn_tensor x = sbn_tensor_cpu(img[rank], 4, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y;
+  sbn_tensor x = sbn_tensor_cpu(img[rank], 4, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y = {0};
   double loss;
   st = sbn_dp_zero_grad(dp);
   if (st == SBN_STATUS_OK) st = sbn_dp_forward(dp, &y, &x);

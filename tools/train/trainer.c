@@ -113,7 +113,7 @@ static sbn_status evaluate(double *acc, sbn_group *g, sbn_module *model, const s
     st = sbn_dataset_gather(img, lab, test, idx, n);
     for (int64_t i = 0; i < n; i++) targets[i] = lab[i];
     int64_t shape[4] = {n, test->channels, test->height, test->width};
-    sbn_tensor x = sbn_tensor_cpu(img, 4, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y;
+    sbn_tensor x = sbn_tensor_cpu(img, 4, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y = {0};
     int64_t c = 0;
     if (st == SBN_STATUS_OK) st = sbn_module_forward(model, &y, &x);
     if (st == SBN_STATUS_OK) st = sbn_nn_count_correct(&c, &y, targets);
@@ -210,7 +210,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
       st = sbn_dataset_gather(img, lab, train, perm + lo, n);
       for (int64_t i = 0; i < n; i++) targets[i] = lab[i];
       int64_t shape[4] = {n, train->channels, train->height, train->width};
-      sbn_tensor x = sbn_tensor_cpu(img, 4, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y;
+      sbn_tensor x = sbn_tensor_cpu(img, 4, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y = {0};
       double loss = 0;
       int64_t correct = 0;
       if (st == SBN_STATUS_OK) st = sbn_dp_zero_grad(dp);
