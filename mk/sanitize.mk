@@ -34,14 +34,22 @@ TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan SBN_SANITIZE=1 CFLAGS
 
 # The subset run by `make check` (a few minutes on 2 cores, timed in
 # README): the tests of misuse, empty batches, limits, checkpoints, the
-# wrapper's faults and the bad-input matrix under ASan/UBSan, and the tests
+# wrapper's and the MPI backend's faults and the bad-input matrix under
+# ASan/UBSan, and the tests
 # whose ranks and threads share memory under TSan. The full runs are the
 # targets above.
 SAN_QUICK_ASAN := test_misuse test_empty test_bad_input nn/test_nn_limits nn/test_nn_checkpoint \
                   nn/test_nn_convert_optim
 SAN_QUICK_ASAN_CMDS := cmd:build-asan/tests/dp/test_dp_wrap_faults
+SAN_QUICK_ASAN_BUILD := $(SAN_QUICK_ASAN:%=build-asan/tests/%) build-asan/tests/dp/test_dp_wrap_faults
 SAN_QUICK_TSAN := test_groups test_misuse test_empty test_first_call
 SAN_QUICK_TSAN_CMDS := cmd:build-tsan/tests/dp/test_dp_wrap cmd:build-tsan/tests/dp/test_dp_wrap_faults
+SAN_QUICK_TSAN_BUILD := $(SAN_QUICK_TSAN:%=build-tsan/tests/%) $(SAN_QUICK_TSAN_CMDS:cmd:%=%)
+# and the MPI backend's fault paths (mismatch, timeouts) under ASan (30 s)
+ifneq ($(strip $(MPICC)),)
+SAN_QUICK_ASAN_CMDS += 'cmd:tests/mpi/run_mpi.sh build-asan faults'
+SAN_QUICK_ASAN_BUILD += build-asan/tests/mpi/test_mpi_faults
+endif
 
 .PHONY: check-asan check-tsan check-asan-quick check-tsan-quick
 check-asan:
@@ -51,10 +59,10 @@ check-tsan:
 	+@$(TSAN_MAKE) all
 	+@env $(TSAN_ENV) $(TSAN_MAKE) check
 check-asan-quick:
-	+@$(ASAN_MAKE) $(SAN_QUICK_ASAN:%=build-asan/tests/%) $(SAN_QUICK_ASAN_CMDS:cmd:%=%)
+	+@$(ASAN_MAKE) $(SAN_QUICK_ASAN_BUILD)
 	+@env $(ASAN_ENV) scripts/run_tests.sh build-asan $(SAN_QUICK_ASAN) $(SAN_QUICK_ASAN_CMDS)
 check-tsan-quick:
-	+@$(TSAN_MAKE) $(SAN_QUICK_TSAN:%=build-tsan/tests/%) $(SAN_QUICK_TSAN_CMDS:cmd:%=%)
+	+@$(TSAN_MAKE) $(SAN_QUICK_TSAN_BUILD)
 	+@env $(TSAN_ENV) scripts/run_tests.sh build-tsan $(SAN_QUICK_TSAN) $(SAN_QUICK_TSAN_CMDS)
 
 # In the normal suite (not inside a sanitizer build).
