@@ -35,6 +35,7 @@ for bad in "--lr 0.1x" "--epochs 2.5" "--batch 0" "--ranks -1" "--momentum nan" 
   "$bin" $bad --out "$tmp/never" >"$tmp/o" 2>"$tmp/e"; rc=$?
   echo "    $bad -> exit $rc: $(head -1 "$tmp/e")"
   check "'$bad' is an error (exit 2, no training)" $(( rc != 2 || $(wc -c <"$tmp/o") != 0 ))
+  [ $rc -eq 2 ] || sed 's/^/      | /' "$tmp/e" "$tmp/o" | head -60 # all of it (a sanitizer's report)
 done
 "$bin" --bogus >"$tmp/o" 2>"$tmp/e"; rc=$?
 echo "    --bogus -> exit $rc:"; sed 's/^/      | /' "$tmp/e"
