@@ -143,7 +143,7 @@ run: deps-build
 INSTALL_PROGRAMS += $(BUILD)/tools/syncbn-train
 CMAKEDIR := $(LIBDIR)/cmake/syncbn
 # Dependencies of the static archive that ship pkg-config files go to
-# Requires.private, the rest (libm, threads, OpenMP) to Libs.private.
+# Requires.private, the rest (libm, threads) to Libs.private.
 PC_MODULES := -lopenblas=openblas -lcjson=libcjson -lz=zlib
 empty :=
 comma := ,
