@@ -404,8 +404,9 @@ SBN_API sbn_status sbn_cuda_device_count(int *count);
  *   threads together do not oversubscribe the cores.
  * Tensors under 65536 values run on one thread.
  *
- * SYNCBN_CPU_ISA=generic forces the portable kernels (default: AVX2 when the
- * CPU has AVX2 and FMA); both give the same bits. */
+ * SYNCBN_CPU_ISA=generic|avx2|avx512 forces those kernels (default: AVX-512
+ * when the CPU has F, BW, VL and DQ, else AVX2 when it has AVX2 and FMA); all
+ * give the same bits. A level the CPU lacks: a note on stderr, and the best. */
 
 /* T >= 1: threads per rank from now on; 0: back to the default; < 0:
  * SBN_STATUS_INVALID_ARGUMENT. */

@@ -9,6 +9,7 @@
 #include "bn_kernels.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +96,16 @@ int sbn_cpu_has_avx2(void) {
 #endif
 }
 
+int sbn_cpu_has_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init(); /* the builtin also checks that the OS saves the zmm state */
+  return sbn_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return 0;
+#endif
+}
+
 static const struct isa_row {
   const char *name;
   int (*supported)(void);
@@ -102,6 +113,7 @@ static const struct isa_row {
 } isas[] = {
     [SBN_CPU_ISA_GENERIC] = {"generic", supported_generic, sbn_ktab_generic},
     [SBN_CPU_ISA_AVX2] = {"avx2", sbn_cpu_has_avx2, sbn_ktab_avx2},
+    [SBN_CPU_ISA_AVX512] = {"avx512", sbn_cpu_has_avx512, sbn_ktab_avx512},
 };
 enum { N_ISA = sizeof isas / sizeof isas[0] };
 
@@ -119,10 +131,15 @@ static int isa_sel = -1; /* index into isas, -1: not chosen yet */
 int sbn_cpu_get_isa(void) {
   int s = __atomic_load_n(&isa_sel, __ATOMIC_RELAXED);
   if (s < 0) {
-    s = sbn_cpu_isa_find(getenv("SYNCBN_CPU_ISA"));
-    if (!sbn_cpu_isa_supported(s)) /* unset, unknown or unsupported: the best */
+    const char *want = getenv("SYNCBN_CPU_ISA");
+    s = sbn_cpu_isa_find(want);
+    if (!sbn_cpu_isa_supported(s)) { /* unset, unknown or unsupported: the best */
       for (s = N_ISA - 1; s > 0 && !isas[s].supported(); s--) {
       }
+      if (want && *want)
+        fprintf(stderr, "syncbn: SYNCBN_CPU_ISA=%s: %s; using %s\n", want,
+                sbn_cpu_isa_find(want) < 0 ? "unknown" : "not supported by this CPU", isas[s].name);
+    }
     __atomic_store_n(&isa_sel, s, __ATOMIC_RELAXED);
   }
   return s;

@@ -49,6 +49,7 @@ typedef struct sbn_ktable {
 /* Indexed by sbn_dtype: FLOAT32, BFLOAT16, FLOAT16. */
 extern const sbn_ktable sbn_ktab_generic[3];
 extern const sbn_ktable sbn_ktab_avx2[3];
+extern const sbn_ktable sbn_ktab_avx512[3];
 
 /* Run fn over units [0, n) on `threads` threads, handing out `grain`
  * units at a time to whichever thread is free (a preempted thread does not

@@ -289,4 +289,31 @@ static inline double sum16(double *l) {
   return l[0];
 }
 
+/* ---- 8 x float64 (AVX-512 build only): the reductions' wide loads ----
+ * Half h (0, 1) of 16 values as one vector of 8 doubles, lanes laid out as
+ * the 4-double path's four accumulators pair up: float32 and float16 give
+ * positions 8h..8h+7, i.e. [vector 2h | vector 2h+1] of the L8 pairs;
+ * bfloat16 gives the even (h = 0) or odd (h = 1) positions of all 16, i.e.
+ * [vector h | vector h+2] (ld8_bf16: even, odd of each 8). So each lane
+ * does the 4-double path's additions for the same value, in order. */
+#ifdef SBN_VEC_AVX512
+typedef double vd8 __attribute__((vector_size(64)));
+static inline vd8 vd8_set1(double a) { return (vd8)_mm512_set1_pd(a); }
+static inline vd4 vd8_lo(vd8 v) { return (vd4)_mm512_castpd512_pd256((__m512d)v); }
+static inline vd4 vd8_hi(vd8 v) { return (vd4)_mm512_extractf64x4_pd((__m512d)v, 1); }
+/* v + [a | 0] on the low half only (masked: the high lanes keep their bits). */
+static inline vd8 vd8_addlo(vd8 v, vd4 a) {
+  return (vd8)_mm512_mask_add_pd((__m512d)v, 0x0f, (__m512d)v, _mm512_zextpd256_pd512((__m256d)a));
+}
+static inline vd8 ldw_f32(const float *p, int h) { return (vd8)_mm512_cvtps_pd(_mm256_loadu_ps(p + 8 * h)); }
+static inline vd8 ldw_f16(const uint16_t *p, int h) {
+  return (vd8)_mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8 * h))));
+}
+static inline vd8 ldw_bf16(const uint16_t *p, int h) {
+  const __m256i u = _mm256_loadu_si256((const __m256i *)p);
+  const __m256i f = h ? _mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u)) : _mm256_slli_epi32(u, 16);
+  return (vd8)_mm512_cvtps_pd(_mm256_castsi256_ps(f));
+}
+#endif
+
 #endif

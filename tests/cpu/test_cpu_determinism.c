@@ -1,7 +1,8 @@
 /* Bitwise determinism of the CPU kernels: the same inputs give the same
  * bits of y, dx, grad_weight, grad_bias and running statistics
  *  - with 1, 2 and 4 threads per rank (sbn_set_num_threads),
- *  - with every instruction set of the kernels this CPU runs (generic, avx2),
+ *  - with every instruction set of the kernels this CPU runs (generic, avx2,
+ *    avx512),
  *  - with 1 and 2 threads per rank in a team of 2 synchronized ranks,
  * for float32, bfloat16 and float16, both layouts, shapes large enough to be
  * split across threads, with rows split into several units and streamed

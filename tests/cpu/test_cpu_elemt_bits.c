@@ -72,6 +72,12 @@ static void value(void *p, int64_t i, rng *r, sbn_dtype dt) {
   }
 }
 
+static int isas_run(void) {
+  int k = 0;
+  for (int i = 0; i < sbn_cpu_isa_count(); i++) k += sbn_cpu_isa_supported(i);
+  return k;
+}
+
 static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, int stream, rng *r) {
   const int64_t n = N * C * S;
   const size_t es = dt_size(dt);
@@ -125,7 +131,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, in
   }
   printf("%s %s %lldx%lldx%lld%s: %lld values x %d instruction set(s) x 2 thread counts, %.0f NaN outputs in all\n",
          dt_name(dt), lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, stream ? " (streamed)" : "",
-         (long long)n, sbn_cpu_isa_supported(SBN_CPU_ISA_AVX2) ? 2 : 1, nan_seen);
+         (long long)n, isas_run(), nan_seen);
   bad |= check("  y values differing from the definition", diff_y, 0);
   bad |= check("  dx values differing from the definition", diff_dx, 0);
   bad |= check("  evidence: NaN inputs reached the outputs (0: yes)", nan_seen > 0 ? 0 : 1, 0);

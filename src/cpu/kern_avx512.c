@@ -1,0 +1,25 @@
+/* The kernels for CPUs with AVX-512 (F, BW, VL, DQ): kern_avx2.c's bodies
+ * with the reductions' hot loops 8 doubles a vector (SBN_VEC_AVX512: vec.h,
+ * kern_body.inc, kern_rows.inc), the widening to float64 being their bound.
+ * Each lane does the 4-double path's additions in its order, so the bits
+ * equal the other instruction sets'. The elementwise passes are the AVX2
+ * bodies, re-encoded. */
+#if defined(__x86_64__) || defined(__i386__)
+#if !defined(__clang__) /* clang: mk/cpu.mk passes the flags */
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
+#endif
+#define SBN_VEC_F16C 1
+#define SBN_VEC_AVX512 1
+#include <string.h>
+
+#include "cpu_kern.h"
+#include "vec.h"
+
+#define ISA avx512
+#define TABLE sbn_ktab_avx512
+#include "kern_instances.inc"
+#else
+/* Not x86: never selected (no AVX-512). */
+#include "cpu_kern.h"
+const sbn_ktable sbn_ktab_avx512[3];
+#endif

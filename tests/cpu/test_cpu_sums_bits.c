@@ -1,0 +1,84 @@
+/* The reduction passes' float64 sums, bit for bit, in every instruction set
+ * this CPU runs and with 1, 2 and 4 threads: shift, sum(x - shift),
+ * sum((x - shift)^2), sum(dy), sum(dy * (x - mean)) per channel. The
+ * layer's outputs (test_cpu_determinism) are rounded to the storage type
+ * and can hide a last-bit difference in a sum; these cannot. Values of
+ * full precision and magnitudes spread over 2^10, means far from zero, so
+ * that the sums round and a change in a channel's order of additions shows
+ * in their bits. Shapes
+ * reach every loop of the kernels: channels-first 16-value steps, 4-value
+ * and single tails, several images, chunks, small maps; rows layout blocks
+ * of 16, then 4, then 1 channels, 8-row steps and single rows, channel
+ * blocks above 512. Tolerance: 0 differing sums. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/cpu/bn_kernels.h"
+#include "cpu_data.h"
+
+enum { NSUM = 5 };
+
+/* All five sums of every channel, in *out (5C doubles). */
+static void sums(sbn_cpu_ws *ws, double *out, const void *x, const void *dy, sbn_geom g, const double *mean) {
+  const int64_t C = g.c;
+  sbn_cpu_stats(ws, out, out + C, out + 2 * C, x, g);
+  sbn_cpu_backward_reduce(ws, out + 3 * C, out + 4 * C, dy, x, g, mean);
+}
+
+static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rng *r) {
+  const int64_t n = N * C * S;
+  const size_t es = dt_size(dt);
+  float *tmp = malloc(4 * (size_t)n);
+  void *x = malloc(es * (size_t)n), *dy = malloc(es * (size_t)n);
+  double *mean = malloc(8 * (size_t)C), *base = malloc(8 * NSUM * (size_t)C), *got = malloc(8 * NSUM * (size_t)C);
+  for (int64_t i = 0; i < n; i++) tmp[i] = (float)(7.0 + 3.0 * rng_normal(r) * (double)(1 << rng_int(r, 0, 10)));
+  to_storage(x, tmp, n, dt);
+  for (int64_t i = 0; i < n; i++) tmp[i] = (float)(0.5 + rng_normal(r));
+  to_storage(dy, tmp, n, dt);
+  for (int64_t c = 0; c < C; c++) mean[c] = 7.0 + 0.1 * rng_normal(r); /* not a storage value */
+  sbn_geom g = {N, C, S, lay, dt};
+  sbn_cpu_ws ws = {NULL, 0, 1};
+  if (sbn_cpu_ws_reserve(&ws, g)) return 1;
+  const int isa = sbn_cpu_get_isa();
+  sbn_cpu_set_isa(SBN_CPU_ISA_GENERIC);
+  sums(&ws, base, x, dy, g, mean);
+  double diff = 0, evidence = 0;
+  int runs = 0;
+  for (int i = 0; i < sbn_cpu_isa_count(); i++) {
+    if (!sbn_cpu_isa_supported(i)) continue;
+    sbn_cpu_set_isa(i);
+    for (int t = 1; t <= 4; t *= 2, runs++) {
+      ws.threads = t;
+      memset(got, 0xa5, 8 * NSUM * (size_t)C);
+      sums(&ws, got, x, dy, g, mean);
+      for (int64_t j = 0; j < NSUM * C; j++) diff += memcmp(&got[j], &base[j], 8) != 0;
+    }
+  }
+  for (int64_t j = C; j < NSUM * C; j++) evidence += base[j] != 0;
+  sbn_cpu_set_isa(isa);
+  printf("%s %s %lldx%lldx%lld: %lld sums x %d runs (instruction sets x 1, 2, 4 threads)\n", dt_name(dt),
+         lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, (long long)(NSUM * C), runs);
+  int bad = check("  sums differing from generic, 1 thread", diff, 0);
+  bad |= check("  evidence: sums not zero (0: yes)", evidence > 0 ? 0 : 1, 0);
+  sbn_cpu_ws_free(&ws);
+  free(tmp), free(x), free(dy), free(mean), free(base), free(got);
+  return bad;
+}
+
+int main(void) {
+  rng r = rng_seed(31);
+  int bad = 0;
+  /* Channels-first: S = 55 = 3 x 16 + 4 + 3 over 3 images; 7x7 maps;
+   * S = 20007: chunks of 16384 and 3623 (226 x 16 + 4 + 3), several
+   * threads. Rows layout (the same shapes channels-last, and 2-D):
+   * C = 39 = 2 x 16 + 4 + 3, 165 rows (20 steps of 8 + 5); C = 1100 =
+   * 512 + 512 + 76; 2-D C = 6 = 4 + 2. */
+  static const int64_t shapes[][3] = {{3, 39, 55}, {8, 96, 49}, {2, 8, 20007}, {4, 1100, 12}, {9001, 6, 1}};
+  const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
+  for (int d = 0; d < 3; d++)
+    for (int s = 0; s < 5; s++)
+      for (int lay = 0; lay < 2; lay++) bad |= one(dts[d], (sbn_layout)lay, shapes[s][0], shapes[s][1], shapes[s][2], &r);
+  printf(bad ? "\nSUM BIT CHECKS FAILED\n" : "\nall sum bit checks passed\n");
+  return bad;
+}
