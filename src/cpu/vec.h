@@ -1,10 +1,11 @@
 /* Internal: 4 x float64 vectors (GCC vector extensions) and the loads and
  * stores of each storage type, for the kernel bodies (kern_body.inc).
  * Included by kern_generic.c (baseline x86-64 / any target: GCC lowers the
- * vectors to SSE2 or scalars) and by kern_avx2.c (compiled for AVX2: ymm
- * registers, F16C conversions). Every lane does the same IEEE operations in
- * both, without fused multiply-add (-ffp-contract=off), so both instruction
- * sets give the same bits. */
+ * vectors to SSE2 or scalars), by kern_avx2.c (compiled for AVX2: ymm
+ * registers, F16C conversions) and by kern_avx512.c (the same, plus the
+ * reductions' 8-double loads at the end of this file). Every lane does the
+ * same IEEE operations in each, without fused multiply-add
+ * (-ffp-contract=off), so every instruction set gives the same bits. */
 #ifndef SBN_CPU_VEC_H
 #define SBN_CPU_VEC_H
 
