@@ -520,8 +520,13 @@ int main(int argc, char **argv) {
          "x, y, dy, dx); forward on set i, backward on set i - D, the same for PyTorch\n",
          rotate >> 20, arena_bytes >> 20);
 
-  double bw_memcpy = 0, bw_stream = 0;
-  const double bw0 = copy_bandwidth(arena, arena_bytes, T, &bw_memcpy, &bw_stream);
+  /* Twice, the better one: the first measurement after the arena is
+   * touched has read as low as 0.9 of the second, which would inflate every
+   * efficiency (they use this value). */
+  double bw_memcpy = 0, bw_stream = 0, bw_memcpy2 = 0, bw_stream2 = 0;
+  double bw0 = copy_bandwidth(arena, arena_bytes, T, &bw_memcpy, &bw_stream);
+  const double bw0b = copy_bandwidth(arena, arena_bytes, T, &bw_memcpy2, &bw_stream2);
+  if (bw0b > bw0) bw0 = bw0b, bw_memcpy = bw_memcpy2, bw_stream = bw_stream2;
   printf("copy bandwidth: %.2f GB/s = best of memcpy %.2f and streaming-store copy %.2f GB/s\n"
          "  (%zu MiB in 4 MiB pieces on %d thread(s), bytes read + written, median piece of 3 sweeps)\n",
          bw0, bw_memcpy, bw_stream, arena_bytes / 2 >> 20, T);
