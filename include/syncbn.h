@@ -406,7 +406,8 @@ SBN_API sbn_status sbn_cuda_device_count(int *count);
  *
  * SYNCBN_CPU_ISA=generic|avx2|avx512 forces those kernels (default: AVX-512
  * when the CPU has F, BW, VL and DQ, else AVX2 when it has AVX2 and FMA); all
- * give the same bits. A level the CPU lacks: a note on stderr, and the best. */
+ * give the same bits. A level the CPU lacks (or an unknown name): the best,
+ * with a note on stderr when SYNCBN_DEBUG=1. */
 
 /* T >= 1: threads per rank from now on; 0: back to the default; < 0:
  * SBN_STATUS_INVALID_ARGUMENT. */

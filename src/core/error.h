@@ -21,5 +21,8 @@ void sbn_clear_error(void);
 /* Put back a message saved earlier (cleanup that calls other public
  * functions must not lose the caller's last error). */
 void sbn_restore_error(const char *saved);
+/* Whether SYNCBN_DEBUG asks for diagnostics on stderr (the library prints
+ * nothing otherwise). */
+int sbn_debug_enabled(void);
 
 #endif

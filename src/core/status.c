@@ -41,7 +41,7 @@ void sbn_restore_error(const char *saved) {
   if (saved != last_error) snprintf(last_error, sizeof last_error, "%s", saved);
 }
 
-static int debug_enabled(void) {
+int sbn_debug_enabled(void) {
   /* Computed once, by whichever thread fails first; atomic, so threads
    * failing at the same time (every rank of a group does) do not race. */
   static int cached = -1;
@@ -62,6 +62,6 @@ sbn_status sbn_fail(sbn_status status, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   memcpy(last_error, msg, sizeof msg);
-  if (debug_enabled()) fprintf(stderr, "syncbn: %s: %s\n", sbn_status_name(status), last_error);
+  if (sbn_debug_enabled()) fprintf(stderr, "syncbn: %s: %s\n", sbn_status_name(status), last_error);
   return status;
 }

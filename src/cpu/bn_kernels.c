@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/error.h"
 #include "cpu_kern.h"
 #include "half.h"
 
@@ -136,7 +137,7 @@ int sbn_cpu_get_isa(void) {
     if (!sbn_cpu_isa_supported(s)) { /* unset, unknown or unsupported: the best */
       for (s = N_ISA - 1; s > 0 && !isas[s].supported(); s--) {
       }
-      if (want && *want)
+      if (want && *want && sbn_debug_enabled()) /* the library prints only when asked */
         fprintf(stderr, "syncbn: SYNCBN_CPU_ISA=%s: %s; using %s\n", want,
                 sbn_cpu_isa_find(want) < 0 ? "unknown" : "not supported by this CPU", isas[s].name);
     }
