@@ -19,83 +19,12 @@
 #include "../src/cpu/bn_kernels.h"
 #include "../src/cpu/cpu_kern.h"
 #include "../src/cpu/half.h"
+#include "bench_machine.h"
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static size_t llc_bytes(void) {
-  size_t best = 0;
-  for (int i = 0; i < 8; i++) {
-    char path[128], buf[64];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(buf, sizeof buf, f)) {
-      char *end;
-      double v = strtod(buf, &end);
-      size_t b = (size_t)(v * (*end == 'M' ? 1 << 20 : *end == 'K' ? 1 << 10 : 1));
-      if (b > best) best = b;
-    }
-    fclose(f);
-  }
-  return best ? best : (size_t)32 << 20;
-}
-
-static void copy_units(const sbn_kargs *k, int64_t u0, int64_t u1) {
-  const size_t unit = (size_t)k->chunk;
-  memcpy((char *)k->out + u0 * unit, (const char *)k->x + u0 * unit, (size_t)(u1 - u0) * unit);
-}
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-__attribute__((target("avx2"))) static void copy_units_nt(const sbn_kargs *k, int64_t u0, int64_t u1) {
-  const size_t unit = (size_t)k->chunk;
-  const float *src = (const float *)((const char *)k->x + u0 * unit);
-  float *dst = (float *)((char *)k->out + u0 * unit);
-  for (size_t i = 0; i < (size_t)(u1 - u0) * unit / 4; i += 8) _mm256_stream_ps(dst + i, _mm256_load_ps(src + i));
-  _mm_sfence();
-}
-#endif
-
-/* Copy bandwidth as syncbn-bench measures it: best of memcpy and a
- * streaming-store copy, bytes read + written, 4 MiB pieces, median piece. */
+/* Copy bandwidth as syncbn-bench measures it (bench_machine.h). */
 static double copy_bw(char *arena, size_t bytes, int threads) {
-  enum { PIECE = 4 << 20, UNIT = 1 << 18 };
-  const size_t half = bytes / 2 / PIECE * PIECE, pieces = half / PIECE;
-  static double t[4096];
-  double best = 0;
-  for (int kind = 0; kind < 2; kind++) {
-    sbn_kfn fn = copy_units;
-#if defined(__x86_64__)
-    if (kind == 1 && !sbn_cpu_has_avx2()) break;
-    if (kind == 1) fn = copy_units_nt;
-#else
-    if (kind == 1) break;
-#endif
-    int n = 0;
-    for (size_t p = 0; p < pieces && n < 4096; p++) {
-      sbn_kargs k;
-      memset(&k, 0, sizeof k);
-      k.x = arena + p * PIECE, k.out = arena + half + p * PIECE, k.chunk = UNIT;
-      double t0 = now();
-      sbn_cpu_parallel_for(threads, PIECE / UNIT, 1, fn, &k, NULL, 0);
-      t[n++] = now() - t0;
-    }
-    const double bw = 2.0 * PIECE / median(t, n) / 1e9;
-    if (bw > best) best = bw;
-  }
-  return best;
+  double bw_memcpy, bw_stream;
+  return copy_bandwidth(arena, bytes, threads, &bw_memcpy, &bw_stream);
 }
 
 int main(int argc, char **argv) {

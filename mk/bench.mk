@@ -6,7 +6,7 @@
 BENCH_ARGS ?=
 DEPS_BENCH := gnuplot-nox python3-torch
 
-$(BUILD)/bench/syncbn-bench: bench/bench_cpu.c $(SBN_STATIC)
+$(BUILD)/bench/syncbn-bench: bench/bench_cpu.c bench/bench_machine.h $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
 
@@ -18,7 +18,7 @@ bench: $(BUILD)/bench/syncbn-bench
 	$(BUILD)/bench/syncbn-bench --out $(BUILD)/bench $(BENCH_ARGS)
 
 # syncbn-bench-passes: each kernel pass alone against the copy bandwidth.
-$(BUILD)/bench/syncbn-bench-passes: bench/bench_passes.c $(SBN_STATIC)
+$(BUILD)/bench/syncbn-bench-passes: bench/bench_passes.c bench/bench_machine.h $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
 
