@@ -4,8 +4,8 @@
  * Storage is float32, bfloat16 or float16 (sbn_geom.dtype); arithmetic and
  * accumulation are float64. Each pass is one sweep over its tensors, split
  * into fixed work units (see bn_kernels.c) that depend only on the shape, run
- * on `threads` threads, vectorized (AVX-512 or AVX2 when the CPU has it, else portable
- * C with the same operation order). Results are bitwise identical for any
+ * on `threads` threads, vectorized (AVX-512 or AVX2 when the CPU has it,
+ * else portable C with the same operation order). Results are bitwise identical for any
  * thread count and for every instruction set. */
 #ifndef SBN_CPU_BN_KERNELS_H
 #define SBN_CPU_BN_KERNELS_H
@@ -56,11 +56,11 @@ void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void
                             const double *c);
 
 /* Instruction sets of the kernels: a table (bn_kernels.c), ordered from the
- * most portable to the fastest, so another level (AVX-512 on CPUs that have
- * it) is one more row. The best one the CPU supports is chosen once;
- * SYNCBN_CPU_ISA=<name> (generic, avx2, avx512) overrides it when the CPU
- * supports that level (otherwise a note on stderr, and the best), and tests switch with sbn_cpu_set_isa. Every level gives the
- * same bits (tests/cpu check it). */
+ * most portable to the fastest, so another level is one more row. The best
+ * one the CPU supports is chosen once; SYNCBN_CPU_ISA=<name> (generic, avx2,
+ * avx512) overrides it when the CPU supports that level (otherwise the best,
+ * with a note on stderr under SYNCBN_DEBUG=1), and tests switch with
+ * sbn_cpu_set_isa. Every level gives the same bits (tests/cpu check it). */
 typedef enum sbn_cpu_isa { SBN_CPU_ISA_GENERIC = 0, SBN_CPU_ISA_AVX2 = 1, SBN_CPU_ISA_AVX512 = 2 } sbn_cpu_isa;
 int sbn_cpu_isa_count(void);
 const char *sbn_cpu_isa_name(int isa);   /* NULL when out of range */
