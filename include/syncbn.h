@@ -93,7 +93,7 @@ typedef enum sbn_dtype {
   SBN_DTYPE_FLOAT32 = 0,
   SBN_DTYPE_BFLOAT16 = 1, /* storage type: accepted where documented */
   SBN_DTYPE_FLOAT16 = 2,  /* storage type: accepted where documented */
-  SBN_DTYPE_FLOAT64 = 3,  /* group collectives only */
+  SBN_DTYPE_FLOAT64 = 3,  /* collectives; layers with param_dtype FLOAT64 (CPU) */
   SBN_DTYPE_INT64 = 4     /* group broadcast only (e.g. num_batches_tracked) */
 } sbn_dtype;
 
@@ -246,6 +246,12 @@ typedef struct sbn_bn_options {
   int affine;              /* learnable weight (init 1) and bias (init 0); default 1 */
   int track_running_stats; /* running_mean (0), running_var (1), nbt (0); default 1 */
   sbn_device device;       /* where parameters live and inputs must be; default CPU */
+  /* dtype of weight, bias, their gradients and the running statistics:
+   * FLOAT32 (default; inputs float32, bfloat16 or float16) or FLOAT64
+   * (inputs float64 only, as PyTorch's model.double(); CPU layers only:
+   * a CUDA layer answers SBN_STATUS_UNSUPPORTED). Added last, so callers
+   * that start from sbn_bn_options_default need no change. */
+  sbn_dtype param_dtype;
 } sbn_bn_options;
 
 /* PyTorch's defaults for C channels. */
@@ -269,7 +275,9 @@ SBN_API sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
 
 /* Forward. x: (N, C, *) with 2..5 dims, C == num_features, N >= 0 (N = 0 is
  * an empty rank: it still takes part in the collective), float32 (or
- * bfloat16/float16 storage, see "CPU kernels" below), either layout. y: same shape, dtype and layout as x; y may alias x exactly
+ * bfloat16/float16 storage, see "CPU kernels" below) for a layer whose
+ * param_dtype is FLOAT32, float64 for a FLOAT64 layer (any other pairing
+ * is SBN_STATUS_INVALID_ARGUMENT naming both dtypes), either layout. y: same shape, dtype and layout as x; y may alias x exactly
  * (in place) but must not partially overlap it.
  *
  * Training (or track_running_stats = 0): normalizes with the batch mean and
@@ -318,8 +326,8 @@ typedef enum sbn_bn_tensor_id {
   SBN_BN_TENSOR_RUNNING_VAR = 5   /* buffer (track_running_stats only) */
 } sbn_bn_tensor_id;
 
-/* A view of one per-channel tensor: float32, shape (C), on the layer's
- * device. The memory belongs to the layer (valid until sbn_bn_destroy) and
+/* A view of one per-channel tensor: the layer's param_dtype (float32 or
+ * float64), shape (C), on the layer's device. The memory belongs to the layer (valid until sbn_bn_destroy) and
  * may be read and written between calls (e.g. to load weights).
  * SBN_STATUS_INVALID_ARGUMENT if the layer has no such tensor (affine = 0 or
  * track_running_stats = 0). */
@@ -390,7 +398,9 @@ SBN_API sbn_status sbn_cuda_device_count(int *count);
  * or FLOAT16 (all four of one call the same dtype); parameters, gradients
  * and running statistics stay float32 and all arithmetic is float64, so a
  * 16-bit tensor costs only its storage rounding (y and dx are rounded once,
- * to nearest even, from float64 through float32).
+ * to nearest even, from float64 through float32). A layer created with
+ * param_dtype FLOAT64 keeps its state in float64 and takes FLOAT64 inputs
+ * and outputs, computed in float64 throughout (PyTorch's model.double()).
  *
  * Threads: each rank runs the CPU kernels on T threads (OpenMP). Results are
  * bitwise identical for every T (fixed work units, partial sums merged in a

@@ -86,7 +86,7 @@ lib: $(BUILD)/libsyncbn_cuda.a $(BUILD)/libsyncbn_cuda.so $(BUILD)/libsyncbn_cud
 
 # Programs that use the GPU link the CUDA archive before libsyncbn's; -u
 # pulls in the device table that libsyncbn references weakly.
-SBN_CUDA_LINK = -Wl,-u,sbn_internal_cuda_device_v1 $(BUILD)/libsyncbn_cuda.a $(SBN_STATIC_LINK) $(CUDA_LDLIBS)
+SBN_CUDA_LINK = -Wl,-u,sbn_internal_cuda_device_v2 $(BUILD)/libsyncbn_cuda.a $(SBN_STATIC_LINK) $(CUDA_LDLIBS)
 CUDA_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o
 $(BUILD)/tests/cuda/%: $(BUILD)/tests/cuda/%.cu.o $(CUDA_TEST_SUPPORT) $(BUILD)/libsyncbn_cuda.a $(SBN_STATIC)
 	$(SBN_LD) -o $@ $< $(CUDA_TEST_SUPPORT) $(SBN_CUDA_LINK)
@@ -107,7 +107,7 @@ all: $(CUDA_TEST_BINS)
 EXTRA_TEST_CMDS += $(CUDA_TESTS:%=cmd:$(BUILD)/tests/cuda/%) cmd:$(BUILD)/tests/cuda/test_cuda_host \
                    'cmd:$(BUILD)/tests/cuda/test_cuda_shared cpu' 'cmd:$(BUILD)/tests/cuda/test_cuda_shared cuda'
 ifneq ($(SBN_SANITIZE),1)
-EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_cuda_device_v1 $(BUILD)/libsyncbn_cuda.so'
+EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_cuda_device_v2 $(BUILD)/libsyncbn_cuda.so'
 endif
 endif
 endif

@@ -39,6 +39,7 @@ sbn_bn_options sbn_bn_options_default(int64_t num_features) {
   o.affine = 1;
   o.track_running_stats = 1;
   o.device.type = SBN_DEVICE_CPU;
+  o.param_dtype = SBN_DTYPE_FLOAT32;
   return o;
 }
 
@@ -57,6 +58,10 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_create: momentum must be in [0, 1] or SBN_MOMENTUM_CUMULATIVE, got %g",
                     o->momentum);
+  if (o->param_dtype != SBN_DTYPE_FLOAT32 && o->param_dtype != SBN_DTYPE_FLOAT64)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "sbn_bn_create: param_dtype must be SBN_DTYPE_FLOAT32 or SBN_DTYPE_FLOAT64, got %s (%d)",
+                    sbn_dtype_name(o->param_dtype), (int)o->param_dtype);
   sbn_status st;
   const sbn_dev_ops *dev = sbn_device_ops(o->device.type, &st, call);
   if (!dev) return st;
@@ -121,6 +126,19 @@ sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out) {
 static sbn_status check_data(const sbn_bn *bn, const sbn_tensor *t, const char *call, const char *name) {
   if (!t || !t->data || sbn_tensor_numel(t) <= 0) return SBN_STATUS_OK;
   return bn->dev->check_data(&bn->L, t->data, call, name);
+}
+
+/* The input dtypes a layer takes follow its parameters, as in PyTorch: a
+ * float64 layer takes float64, a float32 one float32 or 16-bit storage.
+ * Part of the local checks, so a mismatch on one rank fails every rank. */
+static sbn_status check_dtype(const sbn_bn *bn, sbn_dtype dt, const char *call, const char *name) {
+  const int f64 = bn->opt.param_dtype == SBN_DTYPE_FLOAT64;
+  if ((dt == SBN_DTYPE_FLOAT64) == f64) return SBN_STATUS_OK;
+  return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                  "%s: %s is %s but the layer's parameters are %s (it takes %s inputs; "
+                  "convert the input or create the layer with param_dtype %s)",
+                  call, name, sbn_dtype_name(dt), sbn_dtype_name(bn->opt.param_dtype),
+                  f64 ? "float64" : "float32, bfloat16 or float16", f64 ? "FLOAT32" : "FLOAT64");
 }
 
 /* Before the passes over x: the device's scratch for this shape and the
@@ -203,6 +221,7 @@ sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x) {
   sbn_geom g = {0, 0, 0, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
   sbn_status local = deferred(bn, call);
   if (local == SBN_STATUS_OK) local = sbn_check_input(&g, x, call, "x", C, bn->opt.device);
+  if (local == SBN_STATUS_OK) local = check_dtype(bn, g.dtype, call, "x");
   if (local == SBN_STATUS_OK) local = sbn_check_same(y, x, call, "y", "x");
   if (local == SBN_STATUS_OK) local = sbn_check_alias(y, x, call, "y", "x");
   if (local == SBN_STATUS_OK) local = check_data(bn, x, call, "x");
@@ -242,6 +261,7 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
   if (local == SBN_STATUS_OK && !bn->saved)
     local = sbn_fail(SBN_STATUS_BAD_STATE, "%s: no successful forward to differentiate", call);
   if (local == SBN_STATUS_OK) local = sbn_check_input(&g, x, call, "x", C, bn->opt.device);
+  if (local == SBN_STATUS_OK) local = check_dtype(bn, g.dtype, call, "x");
   if (local == SBN_STATUS_OK) local = sbn_check_same(x, &bn->saved_x, call, "x", "the forward's x");
   if (local == SBN_STATUS_OK) local = sbn_check_same(dy, x, call, "dy", "x");
   if (local == SBN_STATUS_OK && dx) local = sbn_check_same(dx, x, call, "dx", "x");
@@ -279,12 +299,12 @@ sbn_status sbn_bn_tensor(sbn_tensor *view, sbn_bn *bn, sbn_bn_tensor_id id) {
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_tensor: %s is NULL", bn ? "view" : "layer");
   if ((int)id < 0 || (int)id >= SBN_DEV_TENSORS)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_tensor: unknown tensor id %d", (int)id);
-  float *data = bn->L.tensor[id];
+  void *data = bn->L.tensor[id];
   if (!data)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_tensor: the layer has no %s (%s)", names[id],
                     id <= SBN_BN_TENSOR_GRAD_BIAS ? "affine = 0" : "track_running_stats = 0");
   int64_t shape[1] = {bn->opt.num_features};
-  *view = sbn_tensor_cpu(data, 1, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+  *view = sbn_tensor_cpu(data, 1, shape, bn->opt.param_dtype, SBN_LAYOUT_CHANNELS_FIRST);
   view->device = bn->opt.device;
   return SBN_STATUS_OK;
 }
@@ -317,10 +337,10 @@ sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value) {
 int sbn_bn_swap_storage(sbn_bn *a, sbn_bn *b) {
   if (!a || !b || a->dev != b->dev || a->opt.device.index != b->opt.device.index ||
       a->opt.num_features != b->opt.num_features || !a->opt.affine != !b->opt.affine ||
-      !a->opt.track_running_stats != !b->opt.track_running_stats)
+      !a->opt.track_running_stats != !b->opt.track_running_stats || a->opt.param_dtype != b->opt.param_dtype)
     return -1;
   for (int i = 0; i < SBN_DEV_TENSORS; i++) {
-    float *t = a->L.tensor[i];
+    void *t = a->L.tensor[i];
     a->L.tensor[i] = b->L.tensor[i], b->L.tensor[i] = t;
   }
   return 0;

@@ -30,7 +30,8 @@ enum { SBN_DEV_TENSORS = 6 }; /* indexed by sbn_bn_tensor_id */
  * device's create. */
 typedef struct sbn_dev_layer {
   sbn_bn_options opt;
-  float *tensor[SBN_DEV_TENSORS]; /* weight .. running_var, device memory; NULL when absent */
+  void *tensor[SBN_DEV_TENSORS];  /* weight .. running_var, device memory, opt.param_dtype
+                                     (float or double); NULL when absent */
   double *payload;                /* 2C+1, device memory: the collective's buffer */
   double *payload_host;           /* 2C+1, host memory (== payload on the CPU) */
   void *stream;                   /* the layer's stream (CUDA: cudaStream_t, NULL = legacy) */
@@ -52,8 +53,9 @@ typedef struct sbn_dev_ops {
   int payload_on_device; /* 1: `payload` is device memory (a host group needs staging) */
 
   /* Allocate the state for L->opt (weight 1, bias 0, running_var 1, the
-   * rest 0) on L->opt.device. On failure frees what it took, records the
-   * message and returns the status. */
+   * rest 0) on L->opt.device, in L->opt.param_dtype (a device that lacks
+   * that dtype answers SBN_STATUS_UNSUPPORTED). On failure frees what it
+   * took, records the message and returns the status. */
   sbn_status (*create)(sbn_dev_layer *L, const char *call);
   void (*destroy)(sbn_dev_layer *L);
   /* Is `data` memory this device's kernels can use (`name`: "x", ...)? */
@@ -104,8 +106,8 @@ const sbn_dev_ops *sbn_device_ops(sbn_device_type type, sbn_status *st, const ch
 /* The tables themselves. The CUDA one is defined in libsyncbn_cuda; its
  * name carries the layout version (as the backend host table's does). */
 extern const sbn_dev_ops sbn_cpu_device_ops;
-#define SBN_CUDA_DEVICE_TABLE sbn_internal_cuda_device_v1
-#define SBN_CUDA_DEVICE_TABLE_NAME "sbn_internal_cuda_device_v1"
+#define SBN_CUDA_DEVICE_TABLE sbn_internal_cuda_device_v2
+#define SBN_CUDA_DEVICE_TABLE_NAME "sbn_internal_cuda_device_v2"
 extern const sbn_dev_ops SBN_CUDA_DEVICE_TABLE;
 
 #endif

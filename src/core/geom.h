@@ -12,7 +12,7 @@
 typedef struct sbn_geom {
   int64_t n, c, s;
   sbn_layout layout;
-  sbn_dtype dtype; /* FLOAT32, BFLOAT16 or FLOAT16 */
+  sbn_dtype dtype; /* FLOAT32, BFLOAT16, FLOAT16 or FLOAT64 (CPU only) */
 } sbn_geom;
 
 #endif

@@ -173,7 +173,9 @@ static size_t stream_min(void) {
   return m <= 0 ? SIZE_MAX : (size_t)m << 20;
 }
 
-static size_t dtype_bytes(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 2; }
+static size_t dtype_bytes(sbn_dtype dt) {
+  return dt == SBN_DTYPE_FLOAT64 ? 8 : dt == SBN_DTYPE_FLOAT32 ? 4 : 2;
+}
 
 /* Streaming pays only for whole cache lines: a channels-first row end
  * leaves at most one partial line (stored normally), a small share of rows
@@ -199,7 +201,7 @@ static int use_flat(sbn_geom g) {
  * in hi + lo (see vec.h), into the workspace. */
 static const float *coef_f32(sbn_cpu_ws *ws, sbn_geom g, const double *mean, const double *a,
                              const double *b, const double *c) {
-  if (g.dtype == SBN_DTYPE_FLOAT32) return NULL;
+  if (g.dtype == SBN_DTYPE_FLOAT32 || g.dtype == SBN_DTYPE_FLOAT64) return NULL;
   float *f = (float *)ws->part;
   const int64_t C = g.c;
   for (int64_t i = 0; i < C; i++) {
@@ -273,6 +275,7 @@ static double load1(const void *x, sbn_dtype dt, int64_t i) {
   switch (dt) {
     case SBN_DTYPE_BFLOAT16: return sbn_bf16_to_f32(((const uint16_t *)x)[i]);
     case SBN_DTYPE_FLOAT16: return sbn_f16_to_f32(((const uint16_t *)x)[i]);
+    case SBN_DTYPE_FLOAT64: return ((const double *)x)[i];
     default: return ((const float *)x)[i];
   }
 }

@@ -1,8 +1,8 @@
 /* Internal: CPU kernels for the four batch-norm passes, the interface the
  * layer (src/core/bn.c) calls.
  *
- * Storage is float32, bfloat16 or float16 (sbn_geom.dtype); arithmetic and
- * accumulation are float64. Each pass is one sweep over its tensors, split
+ * Storage is float32, bfloat16, float16 or float64 (sbn_geom.dtype);
+ * arithmetic and accumulation are float64 (kern_f64.inc: the float64 bodies). Each pass is one sweep over its tensors, split
  * into fixed work units (see bn_kernels.c) that depend only on the shape, run
  * on `threads` threads, vectorized (AVX-512 or AVX2 when the CPU has it,
  * else portable C with the same operation order). Results are bitwise identical for any

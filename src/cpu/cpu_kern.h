@@ -46,10 +46,11 @@ typedef struct sbn_ktable {
   sbn_kfn cf[SBN_K_OPS], cl[SBN_K_OPS];
 } sbn_ktable;
 
-/* Indexed by sbn_dtype: FLOAT32, BFLOAT16, FLOAT16. */
-extern const sbn_ktable sbn_ktab_generic[3];
-extern const sbn_ktable sbn_ktab_avx2[3];
-extern const sbn_ktable sbn_ktab_avx512[3];
+/* Indexed by sbn_dtype: FLOAT32, BFLOAT16, FLOAT16, FLOAT64. */
+enum { SBN_KTAB_DTYPES = 4 };
+extern const sbn_ktable sbn_ktab_generic[SBN_KTAB_DTYPES];
+extern const sbn_ktable sbn_ktab_avx2[SBN_KTAB_DTYPES];
+extern const sbn_ktable sbn_ktab_avx512[SBN_KTAB_DTYPES];
 
 /* Run fn over units [0, n) on `threads` threads, handing out `grain`
  * units at a time to whichever thread is free (a preempted thread does not

@@ -1,6 +1,6 @@
 /* The CPU device table (src/core/device.h): the layer's per-channel state in
- * host memory, the four passes of bn_kernels.h, and the per-channel math in
- * float64 between them. */
+ * host memory (float32 or float64: opt.param_dtype), the four passes of
+ * bn_kernels.h, and the per-channel math in float64 between them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +18,22 @@ typedef struct cpu_layer {
   double *ka, *kb, *kc;    /* per-channel coefficients of the elementwise passes */
   sbn_cpu_ws ws;           /* kernel partial sums: grows with the shape, then reused */
 } cpu_layer;
+
+/* The state's dtype is fixed at creation; the per-channel math reads and
+ * writes it through these (float32 state: each stored value rounded once,
+ * as before float64 state existed). */
+static int f64_state(const sbn_dev_layer *L) { return L->opt.param_dtype == SBN_DTYPE_FLOAT64; }
+static size_t state_size(const sbn_dev_layer *L) { return f64_state(L) ? sizeof(double) : sizeof(float); }
+static double get(const sbn_dev_layer *L, int id, int64_t c) {
+  return f64_state(L) ? ((const double *)L->tensor[id])[c] : (double)((const float *)L->tensor[id])[c];
+}
+static void set(sbn_dev_layer *L, int id, int64_t c, double v) {
+  if (f64_state(L)) ((double *)L->tensor[id])[c] = v;
+  else ((float *)L->tensor[id])[c] = (float)v;
+}
+/* v rounded as a stored value would be (an increment accumulated in the
+ * state's precision, as PyTorch's += on the gradient). */
+static double as_stored(const sbn_dev_layer *L, double v) { return f64_state(L) ? v : (double)(float)v; }
 
 static void cpu_destroy(sbn_dev_layer *L) {
   cpu_layer *k = L->impl;
@@ -41,7 +57,7 @@ static sbn_status cpu_create(sbn_dev_layer *L, const char *call) {
 #define SBN_ALLOC_(ptr, n) ok = ok && ((ptr) = calloc((n), sizeof *(ptr))) != NULL
   for (int i = 0; i < SBN_DEV_TENSORS; i++) {
     int has = i <= SBN_BN_TENSOR_GRAD_BIAS ? L->opt.affine : L->opt.track_running_stats;
-    if (has) SBN_ALLOC_(L->tensor[i], C);
+    if (has) ok = ok && (L->tensor[i] = calloc(C, state_size(L))) != NULL;
   }
   SBN_ALLOC_(L->payload, 2 * C + 1);
   if (ok) {
@@ -56,8 +72,8 @@ static sbn_status cpu_create(sbn_dev_layer *L, const char *call) {
   }
   L->payload_host = L->payload;
   for (size_t c = 0; c < C; c++) {
-    if (L->opt.affine) L->tensor[SBN_BN_TENSOR_WEIGHT][c] = 1.0f;
-    if (L->opt.track_running_stats) L->tensor[SBN_BN_TENSOR_RUNNING_VAR][c] = 1.0f;
+    if (L->opt.affine) set(L, SBN_BN_TENSOR_WEIGHT, (int64_t)c, 1.0);
+    if (L->opt.track_running_stats) set(L, SBN_BN_TENSOR_RUNNING_VAR, (int64_t)c, 1.0);
   }
   return SBN_STATUS_OK;
 }
@@ -108,12 +124,11 @@ static sbn_status cpu_stats(sbn_dev_layer *L, const void *x, sbn_geom g) {
 static sbn_status cpu_forward_finish(sbn_dev_layer *L, const sbn_dev_forward *f) {
   cpu_layer *k = L->impl;
   const int64_t C = L->opt.num_features;
-  const float *rm = L->tensor[SBN_BN_TENSOR_RUNNING_MEAN], *rv = L->tensor[SBN_BN_TENSOR_RUNNING_VAR];
   double count = 0;
   if (!f->batch_stats) {
     for (int64_t c = 0; c < C; c++) {
-      k->mean[c] = rm[c];
-      k->invstd[c] = 1.0 / sqrt((double)rv[c] + L->opt.eps);
+      k->mean[c] = get(L, SBN_BN_TENSOR_RUNNING_MEAN, c);
+      k->invstd[c] = 1.0 / sqrt(get(L, SBN_BN_TENSOR_RUNNING_VAR, c) + L->opt.eps);
     }
   } else if (f->count == 0) { /* every rank empty: nothing observed */
     for (int64_t c = 0; c < C; c++) k->mean[c] = 0, k->invstd[c] = 0;
@@ -135,17 +150,16 @@ static sbn_status cpu_forward_finish(sbn_dev_layer *L, const sbn_dev_forward *f)
     if (k->nbt < SBN_NUM_BATCHES_TRACKED_MAX) k->nbt++; /* saturates */
     const double fac = L->opt.momentum == SBN_MOMENTUM_CUMULATIVE ? 1.0 / (double)k->nbt : L->opt.momentum;
     const double unbias = count / (count - 1);
-    float *wm = L->tensor[SBN_BN_TENSOR_RUNNING_MEAN], *wv = L->tensor[SBN_BN_TENSOR_RUNNING_VAR];
     for (int64_t c = 0; c < C; c++) {
-      wm[c] = (float)((1 - fac) * wm[c] + fac * k->mean[c]);
-      wv[c] = (float)((1 - fac) * wv[c] + fac * k->local_var[c] * unbias);
+      const double rm = get(L, SBN_BN_TENSOR_RUNNING_MEAN, c), rv = get(L, SBN_BN_TENSOR_RUNNING_VAR, c);
+      set(L, SBN_BN_TENSOR_RUNNING_MEAN, c, (1 - fac) * rm + fac * k->mean[c]);
+      set(L, SBN_BN_TENSOR_RUNNING_VAR, c, (1 - fac) * rv + fac * k->local_var[c] * unbias);
     }
   }
   k->saved_count = count;
-  const float *w = L->tensor[SBN_BN_TENSOR_WEIGHT], *b = L->tensor[SBN_BN_TENSOR_BIAS];
   for (int64_t c = 0; c < C; c++) {
-    k->ka[c] = (L->opt.affine ? w[c] : 1.0) * k->invstd[c];
-    k->kb[c] = L->opt.affine ? b[c] : 0.0;
+    k->ka[c] = (L->opt.affine ? get(L, SBN_BN_TENSOR_WEIGHT, c) : 1.0) * k->invstd[c];
+    k->kb[c] = L->opt.affine ? get(L, SBN_BN_TENSOR_BIAS, c) : 0.0;
   }
   return SBN_STATUS_OK;
 }
@@ -171,10 +185,9 @@ static sbn_status cpu_backward_finish(sbn_dev_layer *L, int synced, int want_dx,
   const double *sum_dy = k->s1, *sum_dy_xmu = k->s2; /* local */
   const double *gsum_dy = synced ? L->payload : sum_dy;
   const double *gsum_dy_xmu = synced ? L->payload + C : sum_dy_xmu;
-  const float *w = L->tensor[SBN_BN_TENSOR_WEIGHT];
   if (want_dx)
     for (int64_t c = 0; c < C; c++) {
-      double a = (L->opt.affine ? w[c] : 1.0) * k->invstd[c];
+      double a = (L->opt.affine ? get(L, SBN_BN_TENSOR_WEIGHT, c) : 1.0) * k->invstd[c];
       k->ka[c] = a;
       if (batch_stats && k->saved_count > 0) {
         k->kb[c] = a * gsum_dy[c] / k->saved_count;
@@ -183,13 +196,12 @@ static sbn_status cpu_backward_finish(sbn_dev_layer *L, int synced, int want_dx,
         k->kb[c] = 0, k->kc[c] = 0;
       }
     }
-  if (L->opt.affine) {
-    float *gw = L->tensor[SBN_BN_TENSOR_GRAD_WEIGHT], *gb = L->tensor[SBN_BN_TENSOR_GRAD_BIAS];
+  if (L->opt.affine)
     for (int64_t c = 0; c < C; c++) {
-      gw[c] += (float)(sum_dy_xmu[c] * k->invstd[c]);
-      gb[c] += (float)sum_dy[c];
+      set(L, SBN_BN_TENSOR_GRAD_WEIGHT, c,
+          get(L, SBN_BN_TENSOR_GRAD_WEIGHT, c) + as_stored(L, sum_dy_xmu[c] * k->invstd[c]));
+      set(L, SBN_BN_TENSOR_GRAD_BIAS, c, get(L, SBN_BN_TENSOR_GRAD_BIAS, c) + as_stored(L, sum_dy[c]));
     }
-  }
   return SBN_STATUS_OK;
 }
 
@@ -212,7 +224,7 @@ static sbn_status cpu_from_host(sbn_dev_layer *L, size_t count) {
 
 static sbn_status cpu_zero_grad(sbn_dev_layer *L) {
   for (int i = SBN_BN_TENSOR_GRAD_WEIGHT; i <= SBN_BN_TENSOR_GRAD_BIAS; i++)
-    if (L->tensor[i]) memset(L->tensor[i], 0, sizeof(float) * (size_t)L->opt.num_features);
+    if (L->tensor[i]) memset(L->tensor[i], 0, state_size(L) * (size_t)L->opt.num_features);
   return SBN_STATUS_OK;
 }
 

@@ -19,5 +19,5 @@
 #else
 /* Not x86: the generic kernels stand in (never selected: no AVX2). */
 #include "cpu_kern.h"
-const sbn_ktable sbn_ktab_avx2[3];
+const sbn_ktable sbn_ktab_avx2[SBN_KTAB_DTYPES];
 #endif

@@ -21,5 +21,5 @@
 #else
 /* Not x86: never selected (no AVX-512). */
 #include "cpu_kern.h"
-const sbn_ktable sbn_ktab_avx512[3];
+const sbn_ktable sbn_ktab_avx512[SBN_KTAB_DTYPES];
 #endif

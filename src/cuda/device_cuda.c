@@ -68,6 +68,12 @@ static void cuda_destroy(sbn_dev_layer *L) {
 
 static sbn_status cuda_create(sbn_dev_layer *L, const char *call) {
   const int index = L->opt.device.index;
+  /* The CUDA kernels and per-channel state are float32 (inputs float32 or
+   * 16-bit); float64 layers are CPU only (README, "GPUs"). */
+  if (L->opt.param_dtype != SBN_DTYPE_FLOAT32)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED,
+                    "%s: param_dtype float64 is not supported on CUDA layers (CPU only); use "
+                    "SBN_DTYPE_FLOAT32", call);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) count = 0, (void)cudaGetLastError();

@@ -95,6 +95,12 @@ sbn_status sbn_nn_bn_module_wrap(sbn_module **out, sbn_module_kind kind, sbn_bn 
   sbn_bn_options o;
   sbn_status st = sbn_bn_get_options(bn, &o);
   if (st != SBN_STATUS_OK) return st;
+  /* Modules, their optimizers and checkpoints are float32 throughout. */
+  if (o.param_dtype != SBN_DTYPE_FLOAT32)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED,
+                    "%s: nn modules are float32; a layer with param_dtype %s is available through "
+                    "sbn_bn_create only", sbn_module_kind_name(kind),
+                    o.param_dtype == SBN_DTYPE_FLOAT64 ? "float64" : "other than float32");
   bnmod *b = calloc(1, sizeof *b);
   sbn_module *m = b ? sbn_nn_module_new(kind, &bn_ops, b) : NULL;
   if (!m) {
