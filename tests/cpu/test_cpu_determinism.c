@@ -4,7 +4,7 @@
  *  - with every instruction set of the kernels this CPU runs (generic, avx2,
  *    avx512),
  *  - with 1 and 2 threads per rank in a team of 2 synchronized ranks,
- * for float32, bfloat16 and float16, both layouts, shapes large enough to be
+ * for float32, bfloat16, float16 and float64 (a float64 layer), both layouts, shapes large enough to be
  * split across threads, with rows split into several units and streamed
  * outputs. Evidence: the number of differing values (must be 0) and a
  * checksum that shows the outputs are not trivially zero. */
@@ -43,6 +43,7 @@ static int rank_fn(sbn_group *world, void *argp) {
   int p = sbn_group_rank(world);
   const int64_t C = c->shape[1];
   sbn_bn_options o = sbn_bn_options_default(C);
+  o.param_dtype = c->dt == SBN_DTYPE_FLOAT64 ? SBN_DTYPE_FLOAT64 : SBN_DTYPE_FLOAT32;
   sbn_bn *bn;
   CHECK_OK(sbn_bn_create(&bn, &o, c->P > 1 ? world : NULL));
   const size_t bytes = (size_t)c->numel * dt_size(c->dt);
@@ -60,7 +61,7 @@ static int rank_fn(sbn_group *world, void *argp) {
   for (int id = SBN_BN_TENSOR_GRAD_WEIGHT; id <= SBN_BN_TENSOR_RUNNING_VAR; id++) {
     sbn_tensor t;
     CHECK_OK(sbn_bn_tensor(&t, bn, (sbn_bn_tensor_id)id));
-    append(&c->out[p], t.data, 4 * (size_t)C);
+    append(&c->out[p], t.data, dt_size(t.dtype) * (size_t)C);
   }
   free(y), free(dx);
   sbn_bn_destroy(bn);
@@ -100,6 +101,8 @@ static int one_config(sbn_dtype dt, int ndim, const int64_t *shape, sbn_layout l
     to_storage(c.x[p], tmp, c.numel, dt);
     for (int64_t i = 0; i < c.numel; i++) tmp[i] = (float)rng_normal(&r);
     to_storage(c.dy[p], tmp, c.numel, dt);
+    for (int64_t i = 0; dt == SBN_DTYPE_FLOAT64 && i < c.numel; i++) /* full float64 precision */
+      ((double *)c.x[p])[i] = 3.0 + 2.0 * rng_normal(&r), ((double *)c.dy[p])[i] = rng_normal(&r);
   }
   free(tmp);
   char sh[64] = "";
@@ -168,9 +171,9 @@ int main(void) {
                                       {9001, 6},        {3, 35, 130, 9}};
   static const int ndims[] = {4, 4, 2, 4, 4, 4, 4, 4, 2, 4};
   enum { NSHAPES = sizeof ndims / sizeof ndims[0] };
-  const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
+  const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT64};
   uint64_t seed = 100;
-  for (int di = 0; di < 3; di++)
+  for (int di = 0; di < 4; di++)
     for (int si = 0; si < NSHAPES; si++)
       for (int lay = 0; lay < 2; lay++, seed++) {
         int64_t numel = 1;

@@ -31,16 +31,16 @@ static float ld(const void *p, int64_t i, sbn_dtype dt) {
   return v;
 }
 static uint32_t st(float v, sbn_dtype dt) {
-  union { float f; uint16_t h; } b = {0}; /* written as its storage type */
+  union { float f; uint16_t h; double d; } b = {0}; /* written as its storage type (not float64 here) */
   uint32_t u = 0;
   if (dt == SBN_DTYPE_FLOAT32) to_storage(&b.f, &v, 1, dt);
   else to_storage(&b.h, &v, 1, dt);
-  memcpy(&u, &b, dt_size(dt));
+  memcpy(&u, &b, dt_size(dt) < 4 ? dt_size(dt) : 4);
   return u;
 }
 static uint32_t bits(const void *p, int64_t i, sbn_dtype dt) {
-  uint32_t u = 0;
-  memcpy(&u, (const char *)p + i * (int64_t)dt_size(dt), dt_size(dt));
+  uint32_t u = 0; /* 16 or 32 bits (float64 has its own check below) */
+  memcpy(&u, (const char *)p + i * (int64_t)dt_size(dt), dt_size(dt) < 4 ? dt_size(dt) : 4);
   return u;
 }
 
@@ -140,6 +140,70 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, in
   return bad;
 }
 
+/* float64 storage (a float64 layer): the same definitions in float64, no
+ * rounding after the last operation; values of full precision and the
+ * specials of float64 (NaN payloads, infinities, signed zeros, subnormals).
+ * Bits compared as 64-bit words; NaN results: any NaN. */
+static double value64(rng *r) {
+  static const double specials[] = {0, -0.0, INFINITY, -INFINITY, 4e-320 /* subnormal */};
+  const int k = rng_int(r, 0, 63);
+  if (k < 5) return specials[k];
+  if (k == 5 || k == 6) {
+    const uint64_t u = k == 5 ? 0x7ff8000000000123ull : 0xfff0000000000321ull; /* quiet, signalling */
+    double v;
+    memcpy(&v, &u, 8);
+    return v;
+  }
+  return 2.0 * rng_normal(r);
+}
+
+static int differs64(double got, double want) {
+  if (want != want) return got == got;
+  return memcmp(&got, &want, 8) != 0;
+}
+
+static int one_f64(sbn_layout lay, int64_t N, int64_t C, int64_t S, int stream, rng *r) {
+  const int64_t n = N * C * S;
+  double *x = malloc(8 * n), *dy = malloc(8 * n), *y = malloc(8 * n), *dx = malloc(8 * n);
+  double *mean = malloc(8 * C), *a = malloc(8 * C), *b = malloc(8 * C), *c = malloc(8 * C);
+  for (int64_t i = 0; i < n; i++) x[i] = value64(r), dy[i] = value64(r);
+  for (int64_t ch = 0; ch < C; ch++) {
+    mean[ch] = 0.5 * rng_normal(r) + 1e-9 * rng_normal(r);
+    a[ch] = 1 + rng_normal(r), b[ch] = rng_normal(r), c[ch] = rng_normal(r);
+    if (ch % 7 == 3) b[ch] = NAN;
+  }
+  sbn_geom g = {N, C, S, lay, SBN_DTYPE_FLOAT64};
+  sbn_cpu_ws ws = {NULL, 0, 1};
+  if (sbn_cpu_ws_reserve(&ws, g)) return 1;
+  double diff_y = 0, diff_dx = 0, nan_seen = 0;
+  for (int isa = 0; isa < sbn_cpu_isa_count(); isa++) {
+    if (!sbn_cpu_isa_supported(isa)) continue;
+    sbn_cpu_set_isa(isa);
+    for (int t = 1; t <= 2; t++) {
+      ws.threads = t;
+      memset(y, 0xa5, 8 * n), memset(dx, 0xa5, 8 * n);
+      sbn_cpu_normalize(&ws, y, x, g, mean, a, b);
+      sbn_cpu_backward_elemt(&ws, dx, dy, x, g, mean, a, b, c);
+      for (int64_t i = 0; i < n; i++) {
+        const int64_t ch = lay == SBN_LAYOUT_CHANNELS_LAST ? i % C : i / S % C;
+        const double xm = x[i] - mean[ch];
+        const double vy = xm * a[ch] + b[ch], vdx = (a[ch] * dy[i] - b[ch]) - c[ch] * xm;
+        diff_y += differs64(y[i], vy), diff_dx += differs64(dx[i], vdx);
+        nan_seen += vy != vy;
+      }
+    }
+  }
+  printf("float64 %s %lldx%lldx%lld%s: %lld values x %d instruction set(s) x 2 thread counts, %.0f NaN outputs in all\n",
+         lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, stream ? " (streamed size)" : "", (long long)n,
+         isas_run(), nan_seen);
+  int bad = check("  y values differing from the definition", diff_y, 0);
+  bad |= check("  dx values differing from the definition", diff_dx, 0);
+  bad |= check("  evidence: NaN inputs reached the outputs (0: yes)", nan_seen > 0 ? 0 : 1, 0);
+  sbn_cpu_ws_free(&ws);
+  free(x), free(dy), free(y), free(dx), free(mean), free(a), free(b), free(c);
+  return bad;
+}
+
 int main(void) {
   const int isa = sbn_cpu_get_isa();
   rng r = rng_seed(77);
@@ -168,6 +232,13 @@ int main(void) {
     bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 8, 1100, 250, 1, &r);
     bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 16, 6007, 13, 1, &r);
   }
+  /* float64: the same shapes (every width and tail of its 4-double
+   * vectors), and sizes past the streaming threshold, where the 16-bit and
+   * float32 paths switch to streamed and flat stores (float64 does not). */
+  for (int s = 0; s < 3; s++)
+    for (int lay = 0; lay < 2; lay++) bad |= one_f64((sbn_layout)lay, shapes[s][0], shapes[s][1], shapes[s][2], 0, &r);
+  for (int lay = 0; lay < 2; lay++) bad |= one_f64((sbn_layout)lay, 4, 1100, 545, 1, &r);
+  bad |= one_f64(SBN_LAYOUT_CHANNELS_FIRST, 16, 6007, 13, 1, &r);
   sbn_cpu_set_isa(isa);
   printf(bad ? "\nELEMENTWISE BIT CHECKS FAILED\n" : "\nall elementwise bit checks passed\n");
   return bad;

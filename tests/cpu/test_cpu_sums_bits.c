@@ -36,6 +36,11 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
   to_storage(x, tmp, n, dt);
   for (int64_t i = 0; i < n; i++) tmp[i] = (float)(0.5 + rng_normal(r));
   to_storage(dy, tmp, n, dt);
+  if (dt == SBN_DTYPE_FLOAT64) /* values of full float64 precision, the same spread */
+    for (int64_t i = 0; i < n; i++) {
+      ((double *)x)[i] = 7.0 + 3.0 * rng_normal(r) * (double)(1 << rng_int(r, 0, 10));
+      ((double *)dy)[i] = 0.5 + rng_normal(r);
+    }
   for (int64_t c = 0; c < C; c++) mean[c] = 7.0 + 0.1 * rng_normal(r); /* not a storage value */
   sbn_geom g = {N, C, S, lay, dt};
   sbn_cpu_ws ws = {NULL, 0, 1};
@@ -75,8 +80,8 @@ int main(void) {
    * C = 39 = 2 x 16 + 4 + 3, 165 rows (20 steps of 8 + 5); C = 1100 =
    * 512 + 512 + 76; 2-D C = 6 = 4 + 2. */
   static const int64_t shapes[][3] = {{3, 39, 55}, {8, 96, 49}, {2, 8, 20007}, {4, 1100, 12}, {9001, 6, 1}};
-  const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
-  for (int d = 0; d < 3; d++)
+  const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT64};
+  for (int d = 0; d < 4; d++)
     for (int s = 0; s < 5; s++)
       for (int lay = 0; lay < 2; lay++) bad |= one(dts[d], (sbn_layout)lay, shapes[s][0], shapes[s][1], shapes[s][2], &r);
   printf(bad ? "\nSUM BIT CHECKS FAILED\n" : "\nall sum bit checks passed\n");
