@@ -34,7 +34,8 @@ class Tensor(ctypes.Structure):
 class BnOptions(ctypes.Structure):
     _fields_ = [("num_features", ctypes.c_int64), ("eps", ctypes.c_double),
                 ("momentum", ctypes.c_double), ("affine", ctypes.c_int),
-                ("track_running_stats", ctypes.c_int), ("device", Device)]
+                ("track_running_stats", ctypes.c_int), ("device", Device),
+                ("param_dtype", ctypes.c_int)]
 
 
 ALLREDUCE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,

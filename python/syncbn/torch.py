@@ -36,6 +36,7 @@ __all__ = ["SyncBatchNorm", "BatchNormXd", "convert_sync_batchnorm", "revert_syn
 
 _DTYPES = {torch.float32: _lib.DTYPE_FLOAT32, torch.bfloat16: _lib.DTYPE_BFLOAT16,
            torch.float16: _lib.DTYPE_FLOAT16, torch.float64: _lib.DTYPE_FLOAT64}
+_STATE_DTYPES = {_lib.DTYPE_FLOAT32: torch.float32, _lib.DTYPE_FLOAT64: torch.float64}
 _threads_set = [None]
 _THREADS_FROM_ENV = bool(os.environ.get("SYNCBN_NUM_THREADS"))  # the library reads it once too
 
@@ -103,8 +104,10 @@ def _desc(t, layout):
 class _Layer:
     """One libsyncbn layer, with torch views of its per-channel state."""
 
-    def __init__(self, num_features, eps, momentum, affine, track, group, device_type):
+    def __init__(self, num_features, eps, momentum, affine, track, group, device_type,
+                 param_dtype=_lib.DTYPE_FLOAT32):
         opt = _lib.lib.sbn_bn_options_default(num_features)
+        opt.param_dtype = param_dtype
         opt.eps = eps
         opt.momentum = _lib.MOMENTUM_CUMULATIVE if momentum is None else momentum
         opt.affine = int(affine)
@@ -122,7 +125,7 @@ class _Layer:
         for tid in wanted:
             d = _lib.Tensor()
             _lib.check(_lib.lib.sbn_bn_tensor(ctypes.byref(d), handle, tid))
-            self.views[tid] = _host_tensor(d.data, num_features, torch.float32)
+            self.views[tid] = _host_tensor(d.data, num_features, _STATE_DTYPES[d.dtype])
 
     def check(self, status):
         if self.group is not None:
@@ -136,6 +139,34 @@ class _Layer:
             _lib.lib.sbn_bn_destroy(self.handle)
 
 
+def _load_state(layer, weight, bias, running_mean, running_var, training):
+    """The module's parameters, running statistics and mode into the layer."""
+    v = layer.views
+    if weight is not None:
+        v[_lib.BN_TENSOR_WEIGHT].copy_(weight)
+        v[_lib.BN_TENSOR_BIAS].copy_(bias)
+    if running_mean is not None:
+        v[_lib.BN_TENSOR_RUNNING_MEAN].copy_(running_mean)
+        v[_lib.BN_TENSOR_RUNNING_VAR].copy_(running_var)
+    layer.check(_lib.lib.sbn_bn_set_training(layer.handle, int(training)))
+
+
+def _replay(ctx, layer, x, weight, bias):
+    """Recompute, on a layer without a group, the statistics of the forward
+    that ctx belongs to, after a later forward replaced them (the library
+    keeps the latest only). torch.autograd.gradcheck does this: its numerical
+    Jacobian calls the module again before the analytical backward of the
+    first call. Only the layer's copy of the state changes (the module's
+    tensors are loaded into it on every call), so nothing visible does."""
+    with torch.no_grad():
+        _load_state(layer, weight if ctx.affine else None, bias, *ctx.eval_stats, ctx.training)
+        y = _empty_as(x, ctx.layout)
+        tx, ty = _desc(x, ctx.layout), _desc(y, ctx.layout)
+        layer.last_call = None
+        layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
+        layer.last_call = ctx.call
+
+
 class _Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, module, layer, call):
@@ -143,20 +174,22 @@ class _Function(torch.autograd.Function):
         y = _empty_as(x, layout)
         v = layer.views
         with torch.no_grad():
-            if module.affine:
-                v[_lib.BN_TENSOR_WEIGHT].copy_(weight)
-                v[_lib.BN_TENSOR_BIAS].copy_(bias)
             track = module.track_running_stats
+            _load_state(layer, weight if module.affine else None, bias,
+                        module.running_mean if track else None, module.running_var, module.training)
             if track:
-                v[_lib.BN_TENSOR_RUNNING_MEAN].copy_(module.running_mean)
-                v[_lib.BN_TENSOR_RUNNING_VAR].copy_(module.running_var)
                 layer.check(_lib.lib.sbn_bn_set_num_batches_tracked(
                     layer.handle, int(module.num_batches_tracked)))
-            layer.check(_lib.lib.sbn_bn_set_training(layer.handle, int(module.training)))
             tx, ty = _desc(x, layout), _desc(y, layout)
             layer.last_call = None
             layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
             layer.last_call = call
+            # What a replay of this forward needs (see _replay): the running
+            # statistics it normalized with, in eval mode (O(C) copies).
+            eval_stats = track and not module.training
+            ctx.eval_stats = ((module.running_mean.clone(), module.running_var.clone())
+                              if eval_stats else (None, None))
+            ctx.training = module.training
             if track and module.training:
                 module.running_mean.copy_(v[_lib.BN_TENSOR_RUNNING_MEAN])
                 module.running_var.copy_(v[_lib.BN_TENSOR_RUNNING_VAR])
@@ -164,20 +197,23 @@ class _Function(torch.autograd.Function):
                 layer.check(_lib.lib.sbn_bn_get_num_batches_tracked(layer.handle,
                                                                    ctypes.byref(nbt)))
                 module.num_batches_tracked.fill_(nbt.value)
-        ctx.save_for_backward(x)
+        ctx.save_for_backward(x, weight, bias)
         ctx.layer, ctx.call, ctx.layout, ctx.affine = layer, call, layout, module.affine
         ctx.param_dtype = weight.dtype if weight is not None else None
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, = ctx.saved_tensors
+        x, weight, bias = ctx.saved_tensors
         layer = ctx.layer
+        if layer.last_call != ctx.call and layer.group is None:
+            _replay(ctx, layer, x, weight, bias)
         if layer.last_call != ctx.call:
             raise RuntimeError(
                 "syncbn.torch.SyncBatchNorm: this backward belongs to an earlier forward of the "
                 "same layer; the library keeps the statistics of the most recent forward only, "
-                "so run backward before calling the layer again (or use one layer per call)")
+                "and a synchronized layer cannot recompute them alone, so run backward before "
+                "calling the layer again (or use one layer per call)")
         dy = _dense_as(dy.to(x.dtype), ctx.layout)
         need_dx = ctx.needs_input_grad[0]
         dx = _empty_as(x, ctx.layout) if need_dx else None
@@ -199,7 +235,8 @@ class _Function(torch.autograd.Function):
 
 class SyncBatchNorm(_BatchNorm):
     r"""Batch normalization synchronized over a torch.distributed process group,
-    on CPU tensors (float32, bfloat16 or float16; channels-first or
+    on CPU tensors (float32, bfloat16 or float16; float64 for a module made
+    float64 with ``.double()``, as PyTorch's; channels-first or
     channels_last; (N, C), (N, C, L), (N, C, H, W) or (N, C, D, H, W)).
 
     Same arguments, parameters, buffers and state dict as
@@ -240,16 +277,29 @@ class SyncBatchNorm(_BatchNorm):
             return None
         return torch_group(pg)
 
-    def _layer(self, group, device_type):
+    def _param_dtype(self, input):
+        """The library layer's state dtype: float64 for a module made float64
+        (module.double()), else float32 (which also serves 16-bit inputs and
+        modules, as before). A module without parameters or buffers follows
+        its input, as PyTorch's does. A float64 input to a float32 module (or
+        the reverse) reaches the library, which refuses it on every rank."""
+        state = self.weight if self.affine else (self.running_mean if self.track_running_stats
+                                                 else None)
+        dtype = state.dtype if state is not None else input.dtype
+        return _lib.DTYPE_FLOAT64 if dtype == torch.float64 else _lib.DTYPE_FLOAT32
+
+    def _layer(self, group, device_type, param_dtype=_lib.DTYPE_FLOAT32):
         key = (id(group), self.eps, self.momentum, self.affine, self.track_running_stats,
-               device_type)
+               device_type, param_dtype)
         layer = self._layers.get(key)
         if layer is None:
             # The library gives each layer made on a group an ordinal, checked in
             # every collective: layers are made on first use, in forward order,
-            # which is the same on every rank.
+            # which is the same on every rank. A module converted between float32
+            # and float64 gets a layer of the other dtype (its state is the
+            # module's tensors, loaded on every call).
             layer = _Layer(self.num_features, self.eps, self.momentum, self.affine,
-                           self.track_running_stats, group, device_type)
+                           self.track_running_stats, group, device_type, param_dtype)
             self._layers[key] = layer
         return layer
 
@@ -277,7 +327,7 @@ class SyncBatchNorm(_BatchNorm):
                 return input.clone()
             view = (1, -1) + (1,) * (input.dim() - 2)
             return input * self.weight.view(view) + self.bias.view(view)
-        layer = self._layer(group, _lib.DEVICE_CPU)
+        layer = self._layer(group, _lib.DEVICE_CPU, self._param_dtype(input))
         self._calls += 1
         return _Function.apply(input, self.weight, self.bias, self, layer, self._calls)
 

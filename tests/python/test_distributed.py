@@ -10,11 +10,14 @@ with torch.multiprocessing and a file:// rendezvous (no torchrun):
  - the layer alone: y, dx, the ranks' summed grad_weight/grad_bias, running
    statistics and num_batches_tracked against a float64 reference on the
    concatenated batch; uneven and empty ranks, 2-D..5-D, channels_last,
-   bfloat16, momentum None, no tracking, eval (and that eval does not
-   communicate), a sub-group given as process_group;
+   bfloat16, float64 (a module made .double(), to 1e-12), momentum None,
+   no tracking, eval (and that eval does not communicate), a sub-group
+   given as process_group;
  - a rank whose layer has a different C: every process raises
    SBN_STATUS_MISMATCH (no hang); a rank's bad input: its own error there,
-   SBN_STATUS_PEER_FAILED elsewhere; the group works afterwards.
+   SBN_STATUS_PEER_FAILED elsewhere (also a float64 input to a float32
+   module on one rank); the group works afterwards; the backward of an
+   earlier forward of a synchronized layer raises on every rank.
 
 Usage: test_distributed.py [P ...]   (default: 2 3)"""
 import os
@@ -43,6 +46,8 @@ MODULE_CASES = [  # name, spatial, channels_last, dtype, momentum, affine, track
     ("3-D, no running stats", (7,), False, torch.float32, 0.1, True, False),
     ("5-D channels_last, affine off, momentum None", (2, 3, 2), True, torch.float32, None, False, True),
     ("4-D bfloat16 channels_last", (5, 4), True, torch.bfloat16, 0.1, True, True),
+    ("4-D float64 (module.double()) channels_last", (5, 4), True, torch.float64, 0.1, True, True),
+    ("3-D float64, momentum None, affine off", (7,), False, torch.float64, None, False, True),
 ]
 C_MODULE = 3
 TIMEOUT_S = 240
@@ -115,6 +120,8 @@ def module_case(rank, P, idx, case):
     name, spatial, cl, dtype, momentum, affine, track = case
     split = MODULE_SPLITS[P]
     m = sbn.SyncBatchNorm(C_MODULE, momentum=momentum, affine=affine, track_running_stats=track)
+    if dtype == torch.float64:
+        m = m.double()
     if affine:
         w, b = module_params(idx)
         with torch.no_grad():
@@ -175,6 +182,20 @@ def misuse(rank, P):
         res["local"] = ("no error", "")
     except syncbn.SyncBNError as e:
         res["local"] = (e.status, str(e))
+    try:  # a float64 input to this float32 module on the last rank
+        m(torch.randn(3, 4, 2, dtype=torch.float64 if rank == P - 1 else torch.float32))
+        res["dtype"] = ("no error", "")
+    except syncbn.SyncBNError as e:
+        res["dtype"] = (e.status, str(e))
+    try:  # the backward of an earlier forward: refused (the statistics are gone)
+        x = torch.randn(3, 4, 2, requires_grad=True)
+        m2 = sbn.SyncBatchNorm(4)
+        y1 = m2(x)
+        m2(x)
+        y1.sum().backward()
+        res["earlier"] = "no error"
+    except RuntimeError as e:
+        res["earlier"] = str(e)
     try:
         m(torch.randn(3, 4, 2))
         res["after"] = "ok"
@@ -284,14 +305,19 @@ def run(P):
                              rel_err(sum(res[r]["module"][idx]["gb"][step] for r in range(P)), gb))
         # float32: one rounding of unit-scale y/dx (~6e-8); bfloat16: 2^-9 relative,
         # tolerance 2^-8. Grad sums: float32 per rank, summed here.
-        tol = 2.0 ** -8 if dtype == torch.bfloat16 else 1e-6
+        # float64: both sides compute in float64 (~1e-15 here); 1e-12.
+        tol = 2.0 ** -8 if dtype == torch.bfloat16 else 1e-12 if dtype == torch.float64 else 1e-6
         print("  %s:" % name)
         check("    y (every rank)", e["y"], tol)
         check("    dx (every rank)", e["dx"], tol)
-        check("    sum over ranks of grad_weight/grad_bias", e["g"], 1e-6)
+        tol_state = 1e-12 if dtype == torch.float64 else 1e-6
+        check("    sum over ranks of grad_weight/grad_bias", e["g"], tol_state)
         if track:
             check("    running_mean/var (every rank)", max(max(rel_err(r["module"][idx]["rm"], ref.rm),
-                                                             rel_err(r["module"][idx]["rv"], ref.rv)) for r in res), 1e-6)
+                                                             rel_err(r["module"][idx]["rv"], ref.rv)) for r in res),
+                  tol_state)
+            expect("    running stats in the module's dtype", all(r["module"][idx]["rm"].dtype == (
+                torch.float64 if dtype == torch.float64 else torch.float32) for r in res))
             expect("    num_batches_tracked == 3", all(r["module"][idx]["nbt"] == 3 for r in res))
         expect("    training forward communicates, eval forward does not",
                all(r["module"][idx]["train_calls"] > 0 and r["module"][idx]["eval_calls"] == 0 for r in res),
@@ -323,6 +349,12 @@ def run(P):
     expect("  6-D input on rank 0: its own error there, PEER_FAILED elsewhere",
            mm[0]["local"][0] == "SBN_STATUS_INVALID_ARGUMENT" and
            all(m["local"][0] == "SBN_STATUS_PEER_FAILED" for m in mm[1:]))
+    print("    rank %d sees: %s" % (P - 1, mm[P - 1]["dtype"][1]))
+    expect("  float64 input to a float32 module on rank %d: INVALID_ARGUMENT naming both there, PEER_FAILED elsewhere" % (P - 1),
+           mm[P - 1]["dtype"][0] == "SBN_STATUS_INVALID_ARGUMENT" and "float64" in mm[P - 1]["dtype"][1] and
+           "float32" in mm[P - 1]["dtype"][1] and all(m["dtype"][0] == "SBN_STATUS_PEER_FAILED" for m in mm[:-1]))
+    expect("  backward of an earlier forward (synchronized): refused on every rank",
+           all("earlier forward" in m["earlier"] for m in mm), mm[0]["earlier"][:80])
     expect("  the group works afterwards", all(m["after"] == "ok" for m in mm), str([m["after"] for m in mm]))
     expect("  every rank empty: success, running stats and num_batches_tracked untouched",
            all(m["all_empty"] == "ok" for m in mm), str([m["all_empty"] for m in mm]))

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """syncbn.torch on one process (no torch.distributed: plain BatchNorm):
 numerics against a float64 reference (PyTorch's float32 nn.BatchNorm as a
-peer), dtypes and layouts, eval, momentum None, state dicts with
+peer), dtypes and layouts, eval, momentum None, float64 modules against
+PyTorch's float64 BatchNorm and torch.autograd.gradcheck, state dicts with
 nn.BatchNorm2d and nn.SyncBatchNorm, convert/revert on a ResNet, errors."""
 import copy
 import os
@@ -187,6 +188,107 @@ def resnet():
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10), nn.BatchNorm1d(10))
 
 
+# float64 modules against PyTorch's float64 BatchNorm. Both compute in
+# float64 with different summation orders; for unit-scale data they agree to
+# ~1e-14 relative, so 1e-12 is the tolerance. Ill-conditioned channels (mean
+# 1e4 x std) lose u * 1e4 of x - mean in both (the mean itself rounds), which
+# is ~2e-12; their tolerance is 1e-12 * 1e2.
+TOL_F64 = 1e-12
+
+
+def float64_modules():
+    print("float64 modules (.double()) vs torch.nn.BatchNorm*d in float64, 3 training steps + eval:")
+    f64 = torch.float64
+    for shape, cl, affine, track, momentum, cond in (
+            ((6, 5), False, True, True, 0.1, 1.0),
+            ((4, 3, 7), False, True, True, None, 1.0),
+            ((4, 3, 7), False, True, False, 0.1, 1.0),
+            ((3, 4, 5, 6), False, True, True, 0.3, 1.0),
+            ((3, 4, 5, 6), True, True, True, None, 1.0),
+            ((3, 4, 5, 6), True, False, True, 0.1, 1.0),
+            ((2, 3, 3, 4, 5), False, False, False, 0.1, 1.0),
+            ((2, 3, 3, 4, 5), True, True, True, 0.1, 1.0),
+            ((8, 3, 5, 5), False, True, True, 0.1, 1e4),
+            ((8, 3, 5, 5), True, True, True, None, 1e4)):
+        C = shape[1]
+        m = sbn.SyncBatchNorm(C, momentum=momentum, affine=affine, track_running_stats=track).double()
+        peer = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[
+            len(shape)](C, momentum=momentum, affine=affine, track_running_stats=track).double()
+        if affine:
+            with torch.no_grad():
+                m.weight.copy_(torch.rand(C, dtype=f64) + 0.5), m.bias.copy_(torch.randn(C, dtype=f64))
+                peer.weight.copy_(m.weight), peer.bias.copy_(m.bias)
+        err, kept = 0.0, True
+        for step in range(4):
+            training = step < 3
+            m.train(training), peer.train(training)
+            mean = cond * torch.randn(C, dtype=f64).view(1, C, *([1] * (len(shape) - 2)))
+            x = to_layout(mean + torch.randn(shape, dtype=f64), cl)
+            x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+            y1, y2 = m(x1), peer(x2)
+            dy = torch.randn(shape, dtype=f64)
+            y1.backward(dy), y2.backward(dy)
+            kept = kept and y1.dtype == f64 and x1.grad.dtype == f64 and (
+                not cl or len(shape) < 4 or not y1.is_contiguous())
+
+            def rel(a, b):
+                return ((a - b).abs().max() / b.abs().max().clamp(min=1e-300)).item()
+            err = max(err, rel(y1, y2), rel(x1.grad, x2.grad))
+            if affine:
+                err = max(err, rel(m.weight.grad, peer.weight.grad), rel(m.bias.grad, peer.bias.grad))
+            if track:
+                err = max(err, rel(m.running_mean, peer.running_mean), rel(m.running_var, peer.running_var))
+                kept = kept and int(m.num_batches_tracked) == int(peer.num_batches_tracked)
+        check("%s%s affine=%d track=%d momentum=%s%s: y, dx, grads, running stats (rel)" % (
+            list(shape), " CL" if cl else "", affine, track, momentum, " mean 1e4 x std" if cond > 1 else ""),
+            err, TOL_F64 * (1e2 if cond > 1 else 1))
+        expect("  float64 outputs and gradients, layout kept, num_batches_tracked as PyTorch's", kept)
+
+    # gradcheck: the analytical Jacobian (our backward) against finite
+    # differences, for x, weight and bias, in training and eval; the
+    # numerical Jacobian calls the module many times before the backward of
+    # its first call, which the package recomputes (torch.py, _replay).
+    from torch.nn.utils.stateless import functional_call
+    for cl, training in ((False, True), (True, True), (False, False)):
+        m = sbn.SyncBatchNorm(3).double()
+        m.train(training)
+        if not training:
+            with torch.no_grad():
+                m.running_mean.copy_(torch.randn(3, dtype=f64)), m.running_var.copy_(torch.rand(3, dtype=f64) + 0.5)
+        x = to_layout(torch.randn(4, 3, 3, 2, dtype=f64), cl).requires_grad_()
+        w = (torch.rand(3, dtype=f64) + 0.5).requires_grad_()
+        b = torch.randn(3, dtype=f64, requires_grad=True)
+
+        def fn(x_, w_, b_, m=m):
+            return functional_call(m, {"weight": w_, "bias": b_}, (x_,))
+        try:
+            ok = torch.autograd.gradcheck(fn, (x, w, b))
+        except Exception as e:  # noqa: BLE001
+            ok = "%s: %s" % (type(e).__name__, e)
+        expect("gradcheck %s, %s (x, weight, bias)" % ("train" if training else "eval",
+                                                       "channels_last" if cl else "contiguous"),
+               ok is True, "" if ok is True else str(ok))
+    m = sbn.SyncBatchNorm(3, affine=False, track_running_stats=False)
+    x = torch.randn(5, 3, 4, dtype=f64, requires_grad=True)
+    expect("gradcheck without parameters or buffers (follows the float64 input)",
+           torch.autograd.gradcheck(m, (x,)))
+
+    # Changing dtype between calls: state carried as PyTorch carries it.
+    m, peer = sbn.SyncBatchNorm(3), nn.BatchNorm2d(3)
+    err = 0.0
+    for conv in ("float", "double", "float", "double"):
+        m, peer = getattr(m, conv)(), getattr(peer, conv)()
+        dt = torch.float64 if conv == "double" else torch.float32
+        x = torch.randn(4, 3, 5, 5, dtype=dt)
+        y1, y2 = m(x), peer(x)
+        err = max(err, rel_err(y1, y2), rel_err(m.running_var, peer.running_var))
+        expect("after .%s(): output and state %s, num_batches_tracked %d" % (
+            conv, dt, int(peer.num_batches_tracked)),
+            y1.dtype == dt and m.running_mean.dtype == dt and
+            int(m.num_batches_tracked) == int(peer.num_batches_tracked))
+    check(".float()/.double() alternating: y and running_var vs PyTorch", err, 1e-6)
+
+
 def convert_revert():
     print("convert_sync_batchnorm / revert_sync_batchnorm on a ResNet:")
     torch.manual_seed(2)
@@ -249,8 +351,14 @@ def errors():
     raises("6-D input", lambda: m(torch.randn(2, 4, 1, 1, 1, 2)), "SBN_STATUS_INVALID_ARGUMENT",
            "expected 2D to 5D")
     raises("wrong C", lambda: m(torch.randn(2, 3, 5)), "SBN_STATUS_INVALID_ARGUMENT", "num_features = 4")
-    raises("float64 input", lambda: m(torch.randn(2, 4, 5, dtype=torch.float64)),
-           "SBN_STATUS_UNSUPPORTED", "float64")
+    raises("float64 input to a float32 module (PyTorch raises too)",
+           lambda: m(torch.randn(2, 4, 5, dtype=torch.float64)),
+           "SBN_STATUS_INVALID_ARGUMENT", "x is float64 but the layer's parameters are float32")
+    m64 = sbn.SyncBatchNorm(4).double()
+    raises("float32 input to a float64 module", lambda: m64(torch.randn(2, 4, 5)),
+           "SBN_STATUS_INVALID_ARGUMENT", "x is float32 but the layer's parameters are float64")
+    expect("... which changes no state", int(m64.num_batches_tracked) == 0 and
+           torch.equal(m64.running_var, torch.ones(4, dtype=torch.float64)))
     raises("one value per channel in training", lambda: m(torch.randn(1, 4)),
            "SBN_STATUS_INVALID_ARGUMENT", "expected more than 1 value per channel")
     for name, bad in (("1-D input", torch.randn(4)), ("one value per channel in training", torch.randn(1, 4))):
@@ -273,14 +381,19 @@ def errors():
                (e.status == "SBN_STATUS_INVALID_ARGUMENT" and "is not a device" in str(e)), str(e))
     raises("meta tensors", lambda: m(torch.empty(2, 4, device="meta")), "SBN_STATUS_INVALID_ARGUMENT",
            "not supported")
+    # Without a group, the backward of an earlier forward recomputes that
+    # forward's statistics (a synchronized layer refuses it instead:
+    # test_distributed.py): the gradient is the one PyTorch gives.
     x = torch.randn(3, 4, requires_grad=True)
+    x2 = torch.randn(3, 4) * 2 + 1
+    peer = nn.BatchNorm1d(4)
+    dy = torch.randn(3, 4)
     y1 = m(x)
-    m(x)
-    try:
-        y1.sum().backward()
-        expect("backward of an earlier forward is refused", False, "no exception")
-    except RuntimeError as e:
-        expect("backward of an earlier forward is refused", "earlier forward" in str(e), str(e)[:90])
+    m(x2)
+    y1.backward(dy)
+    xp = x.detach().clone().requires_grad_()
+    peer(xp).backward(dy)
+    check("backward of an earlier forward (recomputed): dx vs PyTorch", rel_err(x.grad, xp.grad), TOL)
 
 
 if __name__ == "__main__":
@@ -288,6 +401,7 @@ if __name__ == "__main__":
         torch.set_num_threads(2)
     print("syncbn %s from %s" % (syncbn.__version__, syncbn.library_path))
     numerics()
+    float64_modules()
     state_dicts()
     convert_revert()
     errors()
