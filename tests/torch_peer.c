@@ -1,10 +1,12 @@
 /* Driver for tests/torch_peer.py: runs the scenario described in DIR on P
  * thread ranks and writes every output back to DIR for comparison with
  * PyTorch.
- *   DIR/config.txt: "P C ndim layout affine track momentum eps steps", then
- *                   one line of ndim dims per rank (momentum < 0: None)
- *   inputs:  w.f32 b.f32 x_S_R.f32 dy_S_R.f32 (S = 0..steps, the last eval)
- *   outputs: y_S_R.f32 dx_S_R.f32 gw_S_R.f32 gb_S_R.f32 rm_S.f32 rv_S.f32 nbt_S.txt */
+ *   DIR/config.txt: "P C ndim layout affine track momentum eps steps [bits]",
+ *                   then one line of ndim dims per rank (momentum < 0: None;
+ *                   bits 64: a float64 layer and float64 files .f64, else
+ *                   float32 and .f32, EXT below)
+ *   inputs:  w.EXT b.EXT x_S_R.EXT dy_S_R.EXT (S = 0..steps, the last eval)
+ *   outputs: y_S_R.EXT dx_S_R.EXT gw_S_R.EXT gb_S_R.EXT rm_S.EXT rv_S.EXT nbt_S.txt */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,9 @@ typedef struct peer {
   int64_t shape[16][SBN_MAX_DIMS];
   sbn_layout layout;
   sbn_bn_options opt;
+  sbn_dtype dtype; /* of inputs, outputs and the layer's state */
+  size_t es;       /* its size */
+  const char *ext; /* "f32" or "f64" */
 } peer;
 
 static int io(const char *dir, const char *name, void *buf, size_t bytes, int write) {
@@ -38,37 +43,47 @@ static int rank_main(sbn_group *world, void *arg) {
   sbn_tensor v;
   if (pc->opt.affine) {
     CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_WEIGHT));
-    if (io(pc->dir, "w.f32", v.data, 4 * (size_t)C, 0)) return 1;
+    char wn[16], bn_[16];
+    snprintf(wn, sizeof wn, "w.%s", pc->ext), snprintf(bn_, sizeof bn_, "b.%s", pc->ext);
+    if (io(pc->dir, wn, v.data, pc->es * (size_t)C, 0)) return 1;
     CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_BIAS));
-    if (io(pc->dir, "b.f32", v.data, 4 * (size_t)C, 0)) return 1;
+    if (io(pc->dir, bn_, v.data, pc->es * (size_t)C, 0)) return 1;
   }
-  rank_data d;
-  rank_data_alloc(&d, pc->ndim, pc->shape[rank], pc->layout);
+  const int64_t *shape = pc->shape[rank];
+  int64_t numel = 1;
+  for (int i = 0; i < pc->ndim; i++) numel *= shape[i];
+  const size_t bytes = pc->es * (size_t)numel;
+  void *buf[4]; /* x, dy, y, dx */
+  for (int i = 0; i < 4; i++) buf[i] = calloc(1, bytes ? bytes : 1);
+  const char *ext = pc->ext;
   char name[64];
-  int bad = 0;
+  int bad = !buf[0] || !buf[1] || !buf[2] || !buf[3];
   for (int s = 0; s <= pc->steps && !bad; s++) {
-    size_t bytes = 4 * (size_t)d.numel;
-    snprintf(name, sizeof name, "x_%d_%d.f32", s, rank), bad |= io(pc->dir, name, d.x, bytes, 0);
-    snprintf(name, sizeof name, "dy_%d_%d.f32", s, rank), bad |= io(pc->dir, name, d.dy, bytes, 0);
+    snprintf(name, sizeof name, "x_%d_%d.%s", s, rank, ext), bad |= io(pc->dir, name, buf[0], bytes, 0);
+    snprintf(name, sizeof name, "dy_%d_%d.%s", s, rank, ext), bad |= io(pc->dir, name, buf[1], bytes, 0);
     if (bad) break;
-    sbn_tensor x = rank_tensor(&d, d.x), y = rank_tensor(&d, d.y), dy = rank_tensor(&d, d.dy), dx = rank_tensor(&d, d.dx);
+    sbn_tensor x = sbn_tensor_cpu(buf[0], pc->ndim, shape, pc->dtype, pc->layout);
+    sbn_tensor dy = sbn_tensor_cpu(buf[1], pc->ndim, shape, pc->dtype, pc->layout);
+    sbn_tensor y = sbn_tensor_cpu(buf[2], pc->ndim, shape, pc->dtype, pc->layout);
+    sbn_tensor dx = sbn_tensor_cpu(buf[3], pc->ndim, shape, pc->dtype, pc->layout);
     CHECK_OK(sbn_bn_set_training(bn, s < pc->steps));
     CHECK_OK(sbn_bn_zero_grad(bn));
     CHECK_OK(sbn_bn_forward(bn, &y, &x));
     CHECK_OK(sbn_bn_backward(bn, &dx, &dy, &x));
-    snprintf(name, sizeof name, "y_%d_%d.f32", s, rank), bad |= io(pc->dir, name, d.y, bytes, 1);
-    snprintf(name, sizeof name, "dx_%d_%d.f32", s, rank), bad |= io(pc->dir, name, d.dx, bytes, 1);
+    snprintf(name, sizeof name, "y_%d_%d.%s", s, rank, ext), bad |= io(pc->dir, name, buf[2], bytes, 1);
+    snprintf(name, sizeof name, "dx_%d_%d.%s", s, rank, ext), bad |= io(pc->dir, name, buf[3], bytes, 1);
+    const size_t cb = pc->es * (size_t)C;
     if (pc->opt.affine) {
       CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_WEIGHT));
-      snprintf(name, sizeof name, "gw_%d_%d.f32", s, rank), bad |= io(pc->dir, name, v.data, 4 * (size_t)C, 1);
+      snprintf(name, sizeof name, "gw_%d_%d.%s", s, rank, ext), bad |= io(pc->dir, name, v.data, cb, 1);
       CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_GRAD_BIAS));
-      snprintf(name, sizeof name, "gb_%d_%d.f32", s, rank), bad |= io(pc->dir, name, v.data, 4 * (size_t)C, 1);
+      snprintf(name, sizeof name, "gb_%d_%d.%s", s, rank, ext), bad |= io(pc->dir, name, v.data, cb, 1);
     }
     if (pc->opt.track_running_stats && rank == 0) {
       CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_MEAN));
-      snprintf(name, sizeof name, "rm_%d.f32", s), bad |= io(pc->dir, name, v.data, 4 * (size_t)C, 1);
+      snprintf(name, sizeof name, "rm_%d.%s", s, ext), bad |= io(pc->dir, name, v.data, cb, 1);
       CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_VAR));
-      snprintf(name, sizeof name, "rv_%d.f32", s), bad |= io(pc->dir, name, v.data, 4 * (size_t)C, 1);
+      snprintf(name, sizeof name, "rv_%d.%s", s, ext), bad |= io(pc->dir, name, v.data, cb, 1);
       int64_t nbt;
       CHECK_OK(sbn_bn_get_num_batches_tracked(bn, &nbt));
       char txt[32];
@@ -76,7 +91,7 @@ static int rank_main(sbn_group *world, void *arg) {
       snprintf(name, sizeof name, "nbt_%d.txt", s), bad |= io(pc->dir, name, txt, (size_t)len, 1);
     }
   }
-  rank_data_free(&d);
+  for (int i = 0; i < 4; i++) free(buf[i]);
   sbn_bn_destroy(bn);
   return bad;
 }
@@ -95,6 +110,10 @@ int main(int argc, char **argv) {
   double mom, eps;
   int ok = fscanf(f, "%d %lld %d %d %d %d %lf %lf %d", &pc.P, &C, &pc.ndim, &layout, &affine, &track, &mom,
                   &eps, &pc.steps) == 9 && pc.P >= 1 && pc.P <= 16 && pc.ndim >= 2 && pc.ndim <= SBN_MAX_DIMS;
+  int bits = 32; /* optional: a line of 9 values is float32 (the MPI driver's format too) */
+  char rest[64] = "";
+  if (ok && fgets(rest, sizeof rest, f) && sscanf(rest, "%d", &bits) != 1) bits = 32;
+  ok = ok && (bits == 32 || bits == 64);
   for (int r = 0; ok && r < pc.P; r++)
     for (int i = 0; ok && i < pc.ndim; i++) {
       long long dim;
@@ -107,6 +126,10 @@ int main(int argc, char **argv) {
   pc.opt = sbn_bn_options_default(C);
   pc.opt.affine = affine, pc.opt.track_running_stats = track, pc.opt.eps = eps;
   pc.opt.momentum = mom < 0 ? SBN_MOMENTUM_CUMULATIVE : mom;
+  pc.dtype = bits == 64 ? SBN_DTYPE_FLOAT64 : SBN_DTYPE_FLOAT32;
+  pc.opt.param_dtype = pc.dtype;
+  pc.es = bits == 64 ? 8 : 4;
+  pc.ext = bits == 64 ? "f64" : "f32";
   sbn_status st = sbn_team_run(pc.P, rank_main, &pc);
   if (st != SBN_STATUS_OK) return fprintf(stderr, "torch_peer: %s\n", sbn_status_name(st)), 1;
   return 0;
