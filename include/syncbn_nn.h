@@ -166,7 +166,8 @@ SBN_API sbn_status sbn_nn_flatten_create(sbn_module **out);
 
 /* BatchNorm{1,2,3}d: plain batch normalization (the core sbn_bn layer with
  * group NULL). dims 1, 2 or 3. Input checks as PyTorch: 1d takes 2D or 3D
- * input, 2d takes 4D, 3d takes 5D. options: e.g. sbn_bn_options_default(C). */
+ * input, 2d takes 4D, 3d takes 5D. options: e.g. sbn_bn_options_default(C);
+ * modules are float32 (param_dtype FLOAT64: SBN_STATUS_UNSUPPORTED). */
 SBN_API sbn_status sbn_nn_batchnorm_create(sbn_module **out, int dims, const sbn_bn_options *options);
 /* SyncBatchNorm over group (NULL or size 1: plain BN). Input (N, C, *) with
  * at least 2 dims. Reverting one made here gives BatchNorm2d; one made by

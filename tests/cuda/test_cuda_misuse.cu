@@ -2,7 +2,8 @@
 //  - a host pointer (pageable or pinned) where device memory is expected;
 //  - a CPU tensor given to a CUDA layer, a CUDA tensor given to a CPU layer,
 //    a tensor of another device index;
-//  - a layer on a device that does not exist; with two GPUs, memory or a
+//  - a layer on a device that does not exist, a float64 layer (CPU only), a
+//    float64 tensor given to a (float32) CUDA layer; with two GPUs, memory or a
 //    stream of the other GPU, and the caller's current device kept;
 //  - on 3 thread ranks sharing the GPU (host-staged group): one rank's bad
 //    pointer fails every rank (that rank INVALID_ARGUMENT, the others
@@ -93,6 +94,14 @@ static void single_rank(int ngpu) {
   bad_dev.device.index = ngpu;
   sbn_bn *none = NULL;
   expect("a layer on cuda:<count>", sbn_bn_create(&none, &bad_dev, NULL), SBN_STATUS_INVALID_ARGUMENT, "is not a device");
+  sbn_bn_options f64 = o;
+  f64.param_dtype = SBN_DTYPE_FLOAT64;
+  expect("a float64 layer on cuda:0", sbn_bn_create(&none, &f64, NULL), SBN_STATUS_UNSUPPORTED, "CPU only");
+  sbn_tensor dx64 = tx, dy64 = ty;
+  dx64.dtype = dy64.dtype = SBN_DTYPE_FLOAT64;
+  expect("a float64 tensor to a float32 CUDA layer", sbn_bn_forward(bn, &dy64, &dx64), SBN_STATUS_INVALID_ARGUMENT,
+         "float64");
+  expect_same(bn, &before, "after the float64 calls");
 
   if (ngpu >= 2) { // another GPU's memory and stream; the caller's current device is kept
     float *x1;

@@ -7,7 +7,9 @@
  *   num_batches_tracked = INT64_MAX or < 0 in a checkpoint (rejected at
  *   load, model untouched) and the forward's saturating increment;
  *   sbn_nn_save_entries with numel != prod(shape) (no file written);
- *   loaders given a FIFO or a directory (refused at once, never blocking).
+ *   loaders given a FIFO or a directory (refused at once, never blocking);
+ *   BatchNorm modules with float64 parameters (the nn modules, optimizers
+ *   and checkpoints are float32; float64 layers are sbn_bn's only).
  * An alarm turns a hang into a failure. */
 #include <errno.h>
 #include <signal.h>
@@ -247,6 +249,17 @@ static void test_special_files(const char *dir) {
   rmdir(sub);
 }
 
+static void test_float64_modules(void) {
+  sbn_bn_options o = sbn_bn_options_default(3);
+  o.param_dtype = SBN_DTYPE_FLOAT64;
+  sbn_module *m = (sbn_module *)&o; /* not NULL: the failure must clear it */
+  expect("sbn_nn_batchnorm_create(param_dtype FLOAT64)", sbn_nn_batchnorm_create(&m, 2, &o),
+         SBN_STATUS_UNSUPPORTED, "nn modules are float32");
+  if (m) printf("   *out not NULL after the failure FAIL\n"), failures++;
+  expect("sbn_nn_sync_batchnorm_create(param_dtype FLOAT64)", sbn_nn_sync_batchnorm_create(&m, &o, NULL),
+         SBN_STATUS_UNSUPPORTED, "float64");
+}
+
 int main(void) {
   char dir[] = "/tmp/sbn_limits_XXXXXX";
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
@@ -254,6 +267,7 @@ int main(void) {
   test_nbt(dir);
   test_save_entries(dir);
   test_special_files(dir);
+  test_float64_modules();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
