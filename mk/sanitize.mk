@@ -38,7 +38,7 @@ TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan SBN_SANITIZE=1 CFLAGS
 # ASan/UBSan, and the tests
 # whose ranks and threads share memory under TSan. The full runs are the
 # targets above.
-SAN_QUICK_ASAN := test_misuse test_empty test_bad_input nn/test_nn_limits nn/test_nn_checkpoint \
+SAN_QUICK_ASAN := test_misuse test_empty test_bad_input test_float64 nn/test_nn_limits nn/test_nn_checkpoint \
                   nn/test_nn_convert_optim
 SAN_QUICK_ASAN_CMDS := cmd:build-asan/tests/dp/test_dp_wrap_faults
 SAN_QUICK_ASAN_BUILD := $(SAN_QUICK_ASAN:%=build-asan/tests/%) build-asan/tests/dp/test_dp_wrap_faults
