@@ -3,12 +3,13 @@
  * `mpirun -np P torch_peer_mpi DIR`, and compares our outputs with
  * F.batch_norm + autograd on the concatenated batch.
  *
- * DIR/config.txt: "ndim layout C affine track momentum eps steps" then one
- * line per rank with its shape (ndim values, C included). layout 0 is
- * channels-first, 1 channels-last; momentum < 0 means None. Steps 0..steps-1
- * train, step `steps` is an eval step. Inputs DIR/w.f32, b.f32,
- * x_S_R.f32, dy_S_R.f32 (memory order of the layout); outputs
- * y_S_R.f32, dx_S_R.f32, gw_S_R.f32, gb_S_R.f32, rm_S_R.f32, rv_S_R.f32. */
+ * DIR/config.txt: "ndim layout C affine track momentum eps steps [bits]" then
+ * one line per rank with its shape (ndim values, C included). layout 0 is
+ * channels-first, 1 channels-last; momentum < 0 means None; bits 64: a
+ * float64 layer with float64 files (.f64), else float32 (.f32, EXT below).
+ * Steps 0..steps-1 train, step `steps` is an eval step. Inputs DIR/w.EXT,
+ * b.EXT, x_S_R.EXT, dy_S_R.EXT (memory order of the layout); outputs
+ * y_S_R.EXT, dx_S_R.EXT, gw_S_R.EXT, gb_S_R.EXT, rm_S_R.EXT, rv_S_R.EXT. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,13 @@ int main(int argc, char **argv) {
   int64_t shape[SBN_MAX_DIMS] = {0};
   int ok = f && fscanf(f, "%d %d %lld %d %d %lf %lf %d", &ndim, &layout, &C, &affine, &track, &momentum, &eps, &steps) == 8 &&
            ndim >= 2 && ndim <= SBN_MAX_DIMS;
+  int bits = 32; /* optional, the rest of the first line */
+  char rest[64] = "";
+  if (ok && fgets(rest, sizeof rest, f) && sscanf(rest, "%d", &bits) != 1) bits = 32;
+  ok = ok && (bits == 32 || bits == 64);
+  const sbn_dtype dt = bits == 64 ? SBN_DTYPE_FLOAT64 : SBN_DTYPE_FLOAT32;
+  const size_t es = bits / 8;
+  const char *ext = bits == 64 ? "f64" : "f32";
   for (int r = 0; ok && r < P; r++)
     for (int i = 0; ok && i < ndim; i++) {
       long long v;
@@ -83,40 +91,43 @@ int main(int argc, char **argv) {
   sbn_bn_options opt = sbn_bn_options_default(C);
   opt.affine = affine, opt.track_running_stats = track, opt.eps = eps;
   opt.momentum = momentum < 0 ? SBN_MOMENTUM_CUMULATIVE : momentum;
+  opt.param_dtype = dt;
   sbn_bn *bn;
   TRY(sbn_bn_create(&bn, &opt, world));
   sbn_tensor v;
   int bad = 0;
   if (affine) {
     TRY(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_WEIGHT));
-    bad |= load(dir, "w.f32", v.data, 4 * (size_t)C);
+    char wn[16], bn_[16];
+    snprintf(wn, sizeof wn, "w.%s", ext), snprintf(bn_, sizeof bn_, "b.%s", ext);
+    bad |= load(dir, wn, v.data, es * (size_t)C);
     TRY(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_BIAS));
-    bad |= load(dir, "b.f32", v.data, 4 * (size_t)C);
+    bad |= load(dir, bn_, v.data, es * (size_t)C);
   }
   size_t numel = 1;
   for (int i = 0; i < ndim; i++) numel *= (size_t)shape[i];
-  float *x = malloc(4 * numel + 4), *dy = malloc(4 * numel + 4), *y = malloc(4 * numel + 4), *dx = malloc(4 * numel + 4);
+  void *x = malloc(es * numel + 8), *dy = malloc(es * numel + 8), *y = malloc(es * numel + 8), *dx = malloc(es * numel + 8);
   sbn_layout lay = layout ? SBN_LAYOUT_CHANNELS_LAST : SBN_LAYOUT_CHANNELS_FIRST;
-  sbn_tensor tx = sbn_tensor_cpu(x, ndim, shape, SBN_DTYPE_FLOAT32, lay), ty = sbn_tensor_cpu(y, ndim, shape, SBN_DTYPE_FLOAT32, lay);
-  sbn_tensor tdy = sbn_tensor_cpu(dy, ndim, shape, SBN_DTYPE_FLOAT32, lay), tdx = sbn_tensor_cpu(dx, ndim, shape, SBN_DTYPE_FLOAT32, lay);
+  sbn_tensor tx = sbn_tensor_cpu(x, ndim, shape, dt, lay), ty = sbn_tensor_cpu(y, ndim, shape, dt, lay);
+  sbn_tensor tdy = sbn_tensor_cpu(dy, ndim, shape, dt, lay), tdx = sbn_tensor_cpu(dx, ndim, shape, dt, lay);
   char name[64];
   for (int s = 0; s <= steps && !bad; s++) {
-    snprintf(name, sizeof name, "x_%d_%d.f32", s, rank), bad |= load(dir, name, x, 4 * numel);
-    snprintf(name, sizeof name, "dy_%d_%d.f32", s, rank), bad |= load(dir, name, dy, 4 * numel);
+    snprintf(name, sizeof name, "x_%d_%d.%s", s, rank, ext), bad |= load(dir, name, x, es * numel);
+    snprintf(name, sizeof name, "dy_%d_%d.%s", s, rank, ext), bad |= load(dir, name, dy, es * numel);
     if (bad) break;
     TRY(sbn_bn_set_training(bn, s < steps));
     TRY(sbn_bn_zero_grad(bn));
     TRY(sbn_bn_forward(bn, &ty, &tx));
     TRY(sbn_bn_backward(bn, &tdx, &tdy, &tx));
-    snprintf(name, sizeof name, "y_%d_%d.f32", s, rank), bad |= save(dir, name, y, 4 * numel);
-    snprintf(name, sizeof name, "dx_%d_%d.f32", s, rank), bad |= save(dir, name, dx, 4 * numel);
+    snprintf(name, sizeof name, "y_%d_%d.%s", s, rank, ext), bad |= save(dir, name, y, es * numel);
+    snprintf(name, sizeof name, "dx_%d_%d.%s", s, rank, ext), bad |= save(dir, name, dx, es * numel);
     static const struct { sbn_bn_tensor_id id; const char *n; } outs[] = {
         {SBN_BN_TENSOR_GRAD_WEIGHT, "gw"}, {SBN_BN_TENSOR_GRAD_BIAS, "gb"},
         {SBN_BN_TENSOR_RUNNING_MEAN, "rm"}, {SBN_BN_TENSOR_RUNNING_VAR, "rv"}};
     for (int k = 0; k < 4; k++) {
       if (sbn_bn_tensor(&v, bn, outs[k].id) != SBN_STATUS_OK) continue; /* layer has none */
-      snprintf(name, sizeof name, "%s_%d_%d.f32", outs[k].n, s, rank);
-      bad |= save(dir, name, v.data, 4 * (size_t)C);
+      snprintf(name, sizeof name, "%s_%d_%d.%s", outs[k].n, s, rank, ext);
+      bad |= save(dir, name, v.data, es * (size_t)C);
     }
   }
   int any = 0;
