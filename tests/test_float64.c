@@ -348,8 +348,13 @@ static int misuse(void) {
   CHECK_OK(sbn_bn_create(&b32, &o, NULL));
   o.param_dtype = SBN_DTYPE_BFLOAT16;
   bad |= check("param_dtype bfloat16: INVALID_ARGUMENT (0: yes)", sbn_bn_create(&bx, &o, NULL) != SBN_STATUS_INVALID_ARGUMENT, 0);
+  o.param_dtype = (sbn_dtype)99;
+  bad |= check("param_dtype 99: INVALID_ARGUMENT (0: yes)", sbn_bn_create(&bx, &o, NULL) != SBN_STATUS_INVALID_ARGUMENT, 0);
   o.param_dtype = SBN_DTYPE_FLOAT64;
   CHECK_OK(sbn_bn_create(&b64, &o, NULL));
+  sbn_bn_options got;
+  CHECK_OK(sbn_bn_get_options(b64, &got));
+  bad |= check("sbn_bn_get_options returns param_dtype FLOAT64", got.param_dtype != SBN_DTYPE_FLOAT64, 0);
   sbn_tensor v;
   CHECK_OK(sbn_bn_tensor(&v, b32, SBN_BN_TENSOR_RUNNING_VAR));
   bad |= check("float32 layer's views are float32", v.dtype != SBN_DTYPE_FLOAT32, 0);
