@@ -38,8 +38,8 @@ extern "C" {
 #define SBN_API
 #endif
 
-#define SYNCBN_VERSION_MAJOR 0
-#define SYNCBN_VERSION_MINOR 1
+#define SYNCBN_VERSION_MAJOR 1
+#define SYNCBN_VERSION_MINOR 0
 #define SYNCBN_VERSION_PATCH 0
 /* MAJOR*10000 + MINOR*100 + PATCH, comparable with sbn_version(). */
 #define SYNCBN_VERSION \

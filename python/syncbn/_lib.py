@@ -66,7 +66,7 @@ def _candidates():
              os.path.join(here, "..", "..", "build", "libsyncbn.so")]
     found = ctypes.util.find_library("syncbn")
     paths += [found] if found else []
-    paths += ["libsyncbn.so.0"]
+    paths += ["libsyncbn.so.1"]
     return paths
 
 
@@ -148,7 +148,7 @@ def check(status, cause=None):
 
 
 def version():
-    """The library's version as a string, e.g. '0.1.0'."""
+    """The library's version as a string, e.g. '1.0.0'."""
     v = lib.sbn_version()
     return "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100)
 
