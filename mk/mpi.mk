@@ -17,7 +17,7 @@ MPIRUN ?= $(shell command -v mpirun 2>/dev/null)
 DEPS_TEST += libopenmpi-dev openmpi-bin
 # exact_sum.c is stateless: the MPI library carries its own copy (hidden)
 # rather than calling libsyncbn's through the host table.
-MPI_LIB_SRCS := src/comm/mpi.c src/comm/mpi_reqs.c src/comm/exact_sum.c src/comm/exact_lanes.c src/comm/sum_plan.c
+MPI_LIB_SRCS := src/comm/mpi.c src/comm/mpi_pair.c src/comm/mpi_reqs.c src/comm/exact_sum.c src/comm/exact_pair.c src/comm/exact_lanes.c src/comm/sum_plan.c
 
 MPI_TEST_NAMES := test_mpi_equivalence test_mpi_faults torch_peer_mpi
 MPI_TEST_BINS := $(MPI_TEST_NAMES:%=$(BUILD)/tests/mpi/%)
@@ -28,7 +28,7 @@ MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
 MPI_LDLIBS := $(shell $(MPICC) --showme:link)
 MPI_STATE := mpi $(MPI_CFLAGS) $(MPI_LDLIBS)
 MPI_LIB_LDLIBS := $(MPI_LDLIBS)
-$(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o $(BUILD)/src/comm/mpi_reqs.o $(BUILD)/shared/src/comm/mpi_reqs.o: SBN_CFLAGS += -DSBN_WITH_MPI=1 $(MPI_CFLAGS)
+$(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o $(BUILD)/src/comm/mpi_reqs.o $(BUILD)/shared/src/comm/mpi_reqs.o $(BUILD)/src/comm/mpi_pair.o $(BUILD)/shared/src/comm/mpi_pair.o: SBN_CFLAGS += -DSBN_WITH_MPI=1 $(MPI_CFLAGS)
 all: $(MPI_TEST_BINS)
 EXTRA_TEST_CMDS += 'cmd:tests/mpi/run_mpi.sh $(BUILD) equivalence' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) faults' \
@@ -45,7 +45,7 @@ endif
 # installed is rebuilt once it is (and the other way round).
 MPI_STAMP := $(BUILD)/mpi.config
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(MPI_STAMP) 2>/dev/null)" = "$(MPI_STATE)" ] || echo "$(MPI_STATE)" > $(MPI_STAMP))
-$(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o $(BUILD)/src/comm/mpi_reqs.o $(BUILD)/shared/src/comm/mpi_reqs.o: $(MPI_STAMP)
+$(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o $(BUILD)/src/comm/mpi_reqs.o $(BUILD)/shared/src/comm/mpi_reqs.o $(BUILD)/src/comm/mpi_pair.o $(BUILD)/shared/src/comm/mpi_pair.o: $(MPI_STAMP)
 
 MPI_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o
 

@@ -14,6 +14,10 @@
  *     and the headroom limit (65536 terms of the largest digits).
  *  5. The two-term shortcut (sbn_xsum_pair_*, the threads backend's path for
  *     two ranks) gives the general path's bits wherever it applies.
+ *  6. The bulk two-term sums (sbn_xsum_pair_sum_*, the MPI backend's path
+ *     for two ranks) give the general path's bits for every pair, in place
+ *     too: blocks of ordinary pairs (the vectorized shortcut) and blocks
+ *     with one special pair among them (pair by pair).
  * Prints the worst errors; exits non-zero on any failure. */
 #include <float.h>
 #include <math.h>
@@ -331,6 +335,51 @@ int main(void) {
            "general path (must be 0; taken more than a quarter of the time)\n", ok ? "ok" : "FAIL", n, taken64, taken32,
            bad);
     failures += !ok;
+  }
+  { /* 6. bulk two-term sums against the general path, pair by pair */
+    enum { N = 200003 };
+    double *a = malloc(8 * N), *b = malloc(8 * N), *o = malloc(8 * N);
+    float *fa = malloc(4 * N), *fb = malloc(4 * N), *fo = malloc(4 * N);
+    size_t nbad64 = 0, nbad32 = 0, fast = 0;
+    for (size_t i = 0; i < N; i++) {
+      /* blocks of 64: 0 ordinary pairs only; 1 near ties whose deciding bit
+       * lies beyond the binned window (exponents 51-53 apart: the shortcut
+       * must not take them), nothing special; 2 special values too */
+      const int block = (int)(i / 64 % 3);
+      double p = ldexp(1 + rng_uniform(&r), rng_int(&r, -1000, 1000)) * (rng_uniform(&r) < 0.5 ? -1 : 1);
+      double y = ldexp(rng_normal(&r), ilogb(p) - rng_int(&r, 0, block == 2 ? 40 : 20));
+      if (block == 1 && i % 2) y = ldexp(1, ilogb(p) - 53 + rng_int(&r, 0, 2)) * (1 + ldexp(rng_int(&r, 1, 3), -52));
+      if (block == 2 && rng_uniform(&r) < 0.05) { /* random bit patterns: zeros, subnormals, inf, NaN, huge */
+        uint64_t u = rng_u64(&r);
+        memcpy(&y, &u, 8);
+      }
+      if (block == 2 && rng_uniform(&r) < 0.05) p = DBL_MAX, y = fabs(y) + ldexp(1, 1000); /* overflow */
+      a[i] = p, b[i] = y;
+      const int k = rng_int(&r, -120, 120) - (isfinite(p) ? ilogb(p) : 0);
+      fa[i] = (float)ldexp(p, k), fb[i] = (float)ldexp(y, k);
+      if (block == 1 && i % 2) /* float near ties: a tail beyond the window of a float's terms too */
+        fb[i] = (float)(ldexp(1, ilogb(fa[i]) - 24 - rng_int(&r, 20, 28)) * (1 + ldexp(rng_int(&r, 1, 3), -23)));
+      if (block == 2 && i % 97 == 0) fb[i] = 0x1p-140f; /* a float subnormal */
+    }
+    sbn_xsum_pair_sum_f64(o, a, b, N);
+    sbn_xsum_pair_sum_f32(fo, fa, fb, N);
+    for (size_t i = 0; i < N; i++) {
+      double two[2] = {a[i], b[i]}, want = xsum(two, 2), tmp;
+      double twof[2] = {fa[i], fb[i]};
+      float fwant = xsumf(twof, 2);
+      nbad64 += memcmp(&o[i], &want, 8) != 0;
+      nbad32 += memcmp(&fo[i], &fwant, 4) != 0;
+      fast += sbn_xsum_pair_f64(a[i], b[i], &tmp);
+    }
+    sbn_xsum_pair_sum_f64(a, a, b, N); /* in place */
+    sbn_xsum_pair_sum_f32(fb, fa, fb, N);
+    const int inplace_ok = memcmp(a, o, 8 * N) == 0 && memcmp(fb, fo, 4 * N) == 0;
+    const int ok = nbad64 == 0 && nbad32 == 0 && inplace_ok && fast > N / 2;
+    printf("%-4s bulk two-term sums: %d pairs (%zu take the shortcut), %zu float64 and %zu float32 results differ "
+           "from the general path (must be 0); in place: %s\n", ok ? "ok" : "FAIL", N, fast, nbad64, nbad32,
+           inplace_ok ? "same" : "DIFFERENT");
+    failures += !ok;
+    free(a), free(b), free(o), free(fa), free(fb), free(fo);
   }
   free(x), free(t);
   printf("\n%s: %d failure(s)\n", failures ? "FAILED" : "exact_sum: all passed", failures);

@@ -92,6 +92,13 @@ static inline int sbn_xsum_pair_f32(float a, float b, float *out) {
   return 1;
 }
 
+/* out[i] = a[i] + b[i] as the binned sum of the two terms rounded once
+ * (the same bits as sbn_xsum_add twice and a decode), for n pairs; out may
+ * be a or b. Blocks of pairs that all pass the shortcut's test take the
+ * hardware addition, vectorized (exact_pair.c). */
+void sbn_xsum_pair_sum_f64(double *out, const double *a, const double *b, size_t n);
+void sbn_xsum_pair_sum_f32(float *out, const float *a, const float *b, size_t n);
+
 /* A control element rides in the same reduction as the data (the MPI
  * backend's signature check): it merges as min and max of a 64-bit hash and
  * max of a status instead of a sum. Both operands of a merge at one position

@@ -119,6 +119,7 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm, size_t com
 #include <sched.h>
 #include <time.h>
 
+#include "mpi_pair.h"
 #include "mpi_reqs.h"
 #include "../core/leak.h"
 #include "syncbn_mpi.h"
@@ -174,7 +175,11 @@ typedef struct mpi_impl {
   /* count and window prediction (common to all ranks: a function of agreed data) */
   uint64_t prev_key;
   sbn_plans plans;
-  uint64_t path_count[3]; /* sums done in lanes, lanes then binned fallback, binned */
+  uint64_t path_count[SBN_MPI_PATHS]; /* sums done in lanes, lanes then binned fallback, binned, pair */
+  /* two ranks: raw values point to point (mpi_pair.h); agreed at creation */
+  int pair_allowed;      /* SYNCBN_MPI_PAIR is not 0 on any rank (inherited by splits) */
+  int pair_on;           /* pair_allowed and 2 ranks (sbn_mpi_set_pair: tests) */
+  sbn_mpi_pair pair;
   /* buffers */
   sbn_mpi_reqs reqs;     /* persistent reductions over xs and x */
   sbn_xbin *xs, *x;      /* send and receive buffers (not in place: the engine may then
@@ -326,7 +331,7 @@ static void backoff(double waited) {
 }
 
 /* The deadline passed in the current collective: roll call, verdict, break. */
-static sbn_status roll_call(sbn_group *g, MPI_Request *req, const char *what) {
+static sbn_status roll_call(sbn_group *g, MPI_Request *reqs, int nreq, const char *what) {
   mpi_impl *m = g->impl;
   const int P = g->size;
   signed char answered[P];
@@ -338,7 +343,7 @@ static sbn_status roll_call(sbn_group *g, MPI_Request *req, const char *what) {
   const double grace = fmax(0.05, fmin(0.5, g->timeout_s)), start = now_s();
   int complete = 0;
   for (;;) {
-    if (MPI_Test(req, &complete, MPI_STATUS_IGNORE) != MPI_SUCCESS) complete = 0;
+    if (MPI_Testall(nreq, reqs, &complete, MPI_STATUSES_IGNORE) != MPI_SUCCESS) complete = 0;
     if (complete) break;
     ctrl_poll(g, m->seq);
     if (m->gaveup_rank >= 0) break;
@@ -372,15 +377,15 @@ static sbn_status roll_call(sbn_group *g, MPI_Request *req, const char *what) {
   return sbn_fail(SBN_STATUS_TIMEOUT, "%s", msg);
 }
 
-/* Wait for a request of the current collective until the deadline. */
-static sbn_status wait_req(sbn_group *g, MPI_Request *req, const char *what, double deadline) {
+/* Wait for the requests of the current collective until the deadline. */
+static sbn_status wait_reqs(sbn_group *g, MPI_Request *reqs, int nreq, const char *what, double deadline) {
   mpi_impl *m = g->impl;
   const double start = now_s();
   for (;;) {
     int flag = 0;
-    int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    int rc = nreq == 1 ? MPI_Test(reqs, &flag, MPI_STATUS_IGNORE) : MPI_Testall(nreq, reqs, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
-      sbn_status st = backend_error(g, rc, "MPI_Test", what);
+      sbn_status st = backend_error(g, rc, nreq == 1 ? "MPI_Test" : "MPI_Testall", what);
       break_group(g, st, sbn_last_error());
       return st;
     }
@@ -390,9 +395,13 @@ static sbn_status wait_req(sbn_group *g, MPI_Request *req, const char *what, dou
       ctrl_poll(g, m->seq);
       if (m->gaveup_rank >= 0) return adopt_verdict(g, what, 1);
     }
-    if (t > deadline) return roll_call(g, req, what);
+    if (t > deadline) return roll_call(g, reqs, nreq, what);
     backoff(t - start);
   }
+}
+
+static sbn_status wait_req(sbn_group *g, MPI_Request *req, const char *what, double deadline) {
+  return wait_reqs(g, req, 1, what, deadline);
 }
 
 /* ---- collectives ---- */
@@ -489,6 +498,75 @@ static int ctrl_lanes_agree(const int64_t *l, int P) {
   return l[8] == 0;
 }
 
+/* Wait for the exchange the pair just started (rc: how starting it went). */
+static sbn_status pair_wait(sbn_group *g, int rc, const char *call, const char *what, double deadline) {
+  mpi_impl *m = g->impl;
+  if (rc == SBN_MPI_PAIR_NOMEM)
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (mpi): out of memory for %s", g->name, what);
+  if (rc != MPI_SUCCESS) {
+    sbn_status st = backend_error(g, rc, call, what);
+    break_group(g, st, sbn_last_error());
+    return st;
+  }
+  return wait_reqs(g, m->pair.act, 2, what, deadline);
+}
+
+static void pair_sum(void *buf, const void *peer, size_t n, size_t esize) {
+  if (esize == 8) sbn_xsum_pair_sum_f64(buf, buf, peer, n);
+  else sbn_xsum_pair_sum_f32(buf, buf, peer, n);
+}
+
+/* Two ranks (mpi_pair.h): each sends the other its raw values and sums the
+ * pair itself. That is exact without an exact format on the wire: the
+ * sum of two doubles is computed locally from both terms, exactly, and
+ * rounded once (sbn_xsum_pair_sum_*), commutatively, so both ranks get the
+ * same bits, the binned sum's (the other paths' and the threads
+ * backend's). The headers carry what the first reduction's control element
+ * carries (fingerprint, status) plus the counts; any difference goes to
+ * slow_verdict, as there. A rank sends its values inline only when its
+ * count is the predicted one (the plan's, agreed state) and at most
+ * SBN_MPI_PAIR_MAX, which is what both posted receives allow for; else,
+ * when the headers agree, the values follow in a second exchange (in
+ * pieces) and the count is learnt for next time. Waiting, timeouts and
+ * verdicts are those of every collective (wait_reqs). */
+static sbn_status pair_collective(sbn_group *g, const sbn_sig *sig, void *buf, size_t n, sbn_dtype dtype,
+                                  double deadline) {
+  mpi_impl *m = g->impl;
+  const size_t esize = dtype == SBN_DTYPE_FLOAT64 ? 8 : 4;
+  sbn_plan *pl = sbn_plan_at(&m->plans, m->prev_key);
+  const size_t first = sbn_plan_count(pl, m->prev_key);
+  const size_t expect = first <= SBN_MPI_PAIR_MAX ? first : 0; /* values the receive allows inline */
+  const int inline_payload = n == expect && n > 0;
+  const uint64_t hash = sig_hash(sig);
+  const sbn_mpi_pair_hdr mine = {hash, (int64_t)n, (int32_t)sig->status, (int32_t)esize, SBN_MPI_PAIR_MAGIC};
+  const char *call = "";
+  int rc = sbn_mpi_pair_start(&m->pair, &mine, inline_payload ? buf : NULL, n, esize, expect, &call);
+  sbn_status st = pair_wait(g, rc, call, sig->what, deadline);
+  if (st != SBN_STATUS_OK) return st;
+  const sbn_mpi_pair_hdr *h = sbn_mpi_pair_peer(&m->pair);
+  if (h->magic != SBN_MPI_PAIR_MAGIC || h->hash != hash || h->count != mine.count || h->status != SBN_STATUS_OK ||
+      mine.status != SBN_STATUS_OK || (n && h->esize != mine.esize)) {
+    m->prev_key = 0x5eed0fe77ab1e5ull; /* after a disagreement: a fixed state */
+    return slow_verdict(g, sig, deadline);
+  }
+  if (inline_payload) {
+    pair_sum(buf, sbn_mpi_pair_peer_values(&m->pair), n, esize);
+  } else { /* both counts agree but were not the predicted one: the values follow */
+    for (size_t off = 0; off < n; off += SBN_MPI_PAIR_MAX) {
+      const size_t k = n - off < SBN_MPI_PAIR_MAX ? n - off : SBN_MPI_PAIR_MAX;
+      char *piece = (char *)buf + off * esize;
+      rc = sbn_mpi_pair_start_values(&m->pair, piece, k * esize, &call);
+      st = pair_wait(g, rc, call, sig->what, deadline);
+      if (st != SBN_STATUS_OK) return st;
+      pair_sum(piece, sbn_mpi_pair_peer_values(&m->pair), k, esize);
+    }
+    sbn_plan_learn(pl, m->prev_key, n <= CHUNK ? n : 0, SBN_PLAN_BINNED, 0, NULL);
+  }
+  if (n) m->path_count[3]++;
+  m->prev_key = hash;
+  return SBN_STATUS_OK;
+}
+
 /* The common part of every collective: agree on the signature and, for a
  * sum, reduce `n` values of buf (n = 0 otherwise).
  *
@@ -509,6 +587,7 @@ static sbn_status collective(sbn_group *g, const sbn_sig *sig, void *buf, size_t
   const double deadline = now_s() + g->timeout_s; /* inf: wait forever */
   if (g->size == 1) return sbn_sig_verdict(g, sig, 0); /* nothing to sum (buf unchanged, as threads) */
   if (sig->status != SBN_STATUS_OK) n = 0;
+  if (m->pair_on) return pair_collective(g, sig, buf, n, dtype, deadline);
   const int f64 = dtype == SBN_DTYPE_FLOAT64;
   sbn_plan *pl = sbn_plan_at(&m->plans, m->prev_key);
   const size_t first = sbn_plan_count(pl, m->prev_key);
@@ -589,9 +668,17 @@ static sbn_status collective(sbn_group *g, const sbn_sig *sig, void *buf, size_t
   return SBN_STATUS_OK;
 }
 
-void sbn_mpi_path_counts(const sbn_group *g, uint64_t out[3]) {
+void sbn_mpi_path_counts(const sbn_group *g, uint64_t out[SBN_MPI_PATHS]) {
   const mpi_impl *m = g->ops == &mpi_ops ? g->impl : NULL;
-  for (int i = 0; i < 3; i++) out[i] = m ? m->path_count[i] : 0;
+  for (int i = 0; i < SBN_MPI_PATHS; i++) out[i] = m ? m->path_count[i] : 0;
+}
+
+int sbn_mpi_set_pair(sbn_group *g, int on) {
+  mpi_impl *m = g->ops == &mpi_ops ? g->impl : NULL;
+  if (!m) return 0;
+  const int was = m->pair_on;
+  m->pair_on = on && g->size == 2;
+  return was;
 }
 
 static sbn_status mpi_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype dtype, const sbn_sig *sig) {
@@ -627,11 +714,13 @@ static void impl_free(mpi_impl *m) {
   if (!m) return;
   for (int i = 0; i < m->n_out; i++) free(m->outbox[i]);
   sbn_plans_free(&m->plans);
+  sbn_mpi_pair_free(&m->pair);
   free(m->outbox), free(m->x), free(m->xs), free(m->sigs_wire), free(m->sigs), free(m);
 }
 
-/* A group over `comm`, which becomes the group's own (freed by destroy). */
-static sbn_status wrap_comm(sbn_group **out, MPI_Comm comm, const char *name) {
+/* A group over `comm`, which becomes the group's own (freed by destroy);
+ * pair: whether every rank allows the two-rank path (agreed by the caller). */
+static sbn_status wrap_comm(sbn_group **out, MPI_Comm comm, const char *name, int pair) {
   int rank = 0, P = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
@@ -649,6 +738,9 @@ static sbn_status wrap_comm(sbn_group **out, MPI_Comm comm, const char *name) {
     sbn_mpi_reqs_init(&m->reqs);
     m->gaveup_rank = -1;
     m->prev_key = 0x57a27ull;
+    m->pair_allowed = pair;
+    m->pair_on = pair && P == 2;
+    sbn_mpi_pair_init(&m->pair, comm, 1 - rank);
     m->sigs_wire = malloc(sizeof *m->sigs_wire * (size_t)P);
     m->sigs = malloc(sizeof *m->sigs * (size_t)P);
   }
@@ -692,7 +784,7 @@ static sbn_status mpi_split(sbn_group **out, sbn_group *g, int color, int key, c
   MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
   char name[128];
   snprintf(name, sizeof name, "%.100s/split(color=%d)", g->name, color);
-  return wrap_comm(out, nc, name);
+  return wrap_comm(out, nc, name, m->pair_allowed);
 }
 
 static void mpi_destroy(sbn_group *g) {
@@ -716,6 +808,7 @@ static void mpi_destroy(sbn_group *g) {
   }
   for (int i = 0; i < m->n_out; i++) MPI_Wait(&m->outbox[i]->req, MPI_STATUS_IGNORE);
   sbn_mpi_reqs_clear(&m->reqs);
+  sbn_mpi_pair_clear(&m->pair);
   MPI_Comm_free(&m->comm);
   impl_free(m);
 }
@@ -778,7 +871,39 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm_p, size_t c
     backoff(t);
   }
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  return wrap_comm(out, dup, name);
+  /* The two-rank path unless SYNCBN_MPI_PAIR=0. Every rank must take the
+   * same path, so with two ranks they agree (the minimum) here, within the
+   * same timeout: a launcher that passes the variable to one rank only
+   * must not make the ranks wait for each other in different calls. */
+  const char *env = getenv("SYNCBN_MPI_PAIR");
+  int pair = !(env && env[0] == '0' && !env[1]), P = 0;
+  MPI_Comm_size(dup, &P);
+  if (P == 2) {
+    int *ag = malloc(2 * sizeof *ag); /* [mine, agreed]: on the heap, a timed-out reduction may still name it */
+    if (!ag) {
+      MPI_Comm_free(&dup);
+      return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_group_from_mpi: out of memory");
+    }
+    ag[0] = pair;
+    rc = MPI_Iallreduce(&ag[0], &ag[1], 1, MPI_INT, MPI_MIN, dup, &req);
+    for (int flag = 0; rc == MPI_SUCCESS && !flag;) {
+      rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      double t = now_s() - start;
+      if (rc == MPI_SUCCESS && !flag && t > timeout) { /* the peer dropped out between the two calls */
+        sbn_keep_on_purpose(ag);
+        return sbn_fail(SBN_STATUS_TIMEOUT, "sbn_group_from_mpi: timed out after %g s on communicator '%s': "
+                        "the other rank did not finish sbn_group_from_mpi", timeout, name);
+      }
+      if (!flag) backoff(t);
+    }
+    pair = ag[1];
+    free(ag);
+    if (rc != MPI_SUCCESS) {
+      MPI_Comm_free(&dup);
+      return sbn_fail(SBN_STATUS_BACKEND_ERROR, "sbn_group_from_mpi: MPI_Iallreduce failed (error %d)", rc);
+    }
+  }
+  return wrap_comm(out, dup, name, pair);
 }
 
 #endif /* SBN_WITH_MPI */

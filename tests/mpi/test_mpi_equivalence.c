@@ -217,13 +217,14 @@ static int check_collectives(sbn_group *g, int rank, const char *label) {
  * term leaves its window. Every result must be bitwise the binned exact sum
  * of all ranks' terms (computed here in rank order, from the same inputs),
  * whichever path it took; the path counts are printed (lanes must have
- * been used, and the fallback too). Returns failures (rank 0's count). */
-static int check_repeats(sbn_group *g, int rank) {
+ * been used, and the fallback too; with the two-rank path on, that path
+ * alone). Returns failures (rank 0's count). */
+static int check_repeats(sbn_group *g, int rank, int pair) {
   const int P = sbn_group_size(g), me = sbn_group_rank(g);
   static const int scale[] = {0, 0, 1, -1, 0, 40, 40, 41, -30, -30, 0, 0, 0, 0, 3, 0};
   enum { STEPS = sizeof scale / sizeof *scale };
   int bad = 0;
-  uint64_t before[3], after[3];
+  uint64_t before[SBN_MPI_PATHS], after[SBN_MPI_PATHS];
   sbn_mpi_path_counts(g, before);
   for (int dt = 0; dt < 2; dt++)
     for (size_t n = 129; n <= 4097; n += 3968) {
@@ -268,14 +269,95 @@ static int check_repeats(sbn_group *g, int rank) {
     }
   sbn_mpi_path_counts(g, after);
   const uint64_t lanes = after[0] - before[0], fallback = after[1] - before[1], binned = after[2] - before[2];
-  const int used = P > SBN_XLANES_MAX_TERMS || (lanes > 0 && fallback > 0);
+  const uint64_t pairs = after[3] - before[3];
+  const int used = pair ? pairs > 0 && lanes + fallback + binned == 0
+                        : pairs == 0 && (P > SBN_XLANES_MAX_TERMS || (lanes > 0 && fallback > 0));
   int any = 0;
   MPI_Allreduce(&(int){!used}, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
   bad += any;
   if (rank == 0)
-    printf("%-4s paths of those sums: %llu integer lanes, %llu lanes then binned fallback, %llu binned "
-           "(lanes and fallback must both occur for P <= %d)\n", any ? "FAIL" : "ok", (unsigned long long)lanes,
-           (unsigned long long)fallback, (unsigned long long)binned, SBN_XLANES_MAX_TERMS);
+    printf("%-4s paths of those sums: %llu integer lanes, %llu lanes then binned fallback, %llu binned, %llu two-rank "
+           "(%s)\n", any ? "FAIL" : "ok", (unsigned long long)lanes, (unsigned long long)fallback,
+           (unsigned long long)binned, (unsigned long long)pairs,
+           pair ? "two-rank path on: it alone" : "lanes and fallback must both occur for P <= 63");
+  return bad;
+}
+
+/* P = 2: the two-rank path (raw values exchanged, each rank sums the
+ * pair) against the binned path (the two-rank path turned off) in the same
+ * process on the same data, bitwise, and both against the binned exact sum
+ * of the two terms computed here. The data: exponents up to 60 apart (the
+ * shortcut's limit is 22), near ties decided by a bit beyond the binned
+ * window (where a + b in hardware differs from the binned sum), cancellation,
+ * +-0, subnormals, +-inf, NaN, overflow; blocks of 64 ordinary values (the
+ * vectorized shortcut) and blocks with such values here and there. Counts change between calls (1, 63,
+ * 64, 65, 4097, then SBN_MPI_PAIR_MAX-sized pieces), so some sums go inline
+ * (predicted count), others after a header (new count, learnt). */
+static double special_value(rng *r, int me) {
+  static const double sp[] = {0.0, -0.0, 0x1p-1074, -0x1p-1060, 0x1p-1022, INFINITY, -INFINITY, NAN, 0x1.fffffffffffffp1023};
+  const int k = rng_int(r, 0, (int)(sizeof sp / sizeof *sp) - 1);
+  return me && sp[k] == 0x1.fffffffffffffp1023 ? sp[k] : sp[k] * (rng_uniform(r) < 0.5 ? 1 : -1);
+}
+
+static int check_pair_path(sbn_group *g, int rank) {
+  const int me = sbn_group_rank(g);
+  static const size_t counts[] = {1, 63, 64, 65, 4097, 4097, 4097, 64, (size_t)2 * 1048576 + 3, 4097};
+  int bad = 0;
+  for (int dt = 0; dt < 2; dt++)
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+      const size_t n = counts[c];
+      const sbn_dtype dtype = dt ? SBN_DTYPE_FLOAT32 : SBN_DTYPE_FLOAT64;
+      const size_t es = dt ? 4 : 8;
+      double *v[2];
+      for (int q = 0; q < 2; q++) v[q] = malloc(8 * n);
+      rng r = rng_seed(9090 + 31 * c + (size_t)dt);
+      size_t far = 0, special = 0;
+      for (size_t i = 0; i < n; i++) {
+        const int mode = (int)(i / 64 % 4); /* whole blocks of ordinary values, and mixed ones */
+        double a = ldexp(1 + rng_uniform(&r), rng_int(&r, dt ? -100 : -1000, dt ? 100 : 1000)) * (rng_uniform(&r) < 0.5 ? -1 : 1);
+        double b = ldexp(rng_normal(&r), ilogb(a) - rng_int(&r, 0, mode == 3 ? 60 : 22));
+        if (mode >= 2 && rng_uniform(&r) < 0.1) b = -a * (1 + ldexp(rng_int(&r, -2, 2), dt ? -23 : -52)); /* cancellation */
+        if (mode == 2 && !dt && i % 2) /* a near tie decided by a bit beyond the binned window: not the shortcut */
+          b = ldexp(1, ilogb(a) - 53 + rng_int(&r, 0, 2)) * (1 + ldexp(rng_int(&r, 1, 3), -52));
+        if (mode == 3 && rng_uniform(&r) < 0.2) (rng_uniform(&r) < 0.5 ? (a = special_value(&r, 0)) : (b = special_value(&r, 1))), special++;
+        if (rng_uniform(&r) < 0.5) { const double t = a; a = b, b = t; }
+        if (dt) a = (float)a, b = (float)b; /* float32: values in float range, subnormal floats included */
+        far += isfinite(a) && isfinite(b) && a && b && abs(ilogb(a) - ilogb(b)) > 22;
+        v[0][i] = a, v[1][i] = b;
+      }
+      void *on = malloc(es * n), *off = malloc(es * n), *want = malloc(es * n);
+      for (size_t i = 0; i < n; i++) {
+        sbn_xbin acc = sbn_xsum_zero();
+        sbn_xsum_add(&acc, v[0][i]), sbn_xsum_add(&acc, v[1][i]);
+        if (dt) ((float *)on)[i] = (float)v[me][i], sbn_xsum_decode_f32((float *)want + i, &acc, 1);
+        else ((double *)on)[i] = v[me][i], sbn_xsum_decode_f64((double *)want + i, &acc, 1);
+      }
+      memcpy(off, on, es * n);
+      uint64_t p0[SBN_MPI_PATHS], p1[SBN_MPI_PATHS], p2[SBN_MPI_PATHS];
+      sbn_mpi_path_counts(g, p0);
+      const int was = sbn_mpi_set_pair(g, 1);
+      sbn_status s1 = sbn_group_allreduce(g, on, n, dtype, SBN_REDUCE_OP_SUM);
+      sbn_mpi_path_counts(g, p1);
+      sbn_mpi_set_pair(g, 0);
+      sbn_status s2 = sbn_group_allreduce(g, off, n, dtype, SBN_REDUCE_OP_SUM);
+      sbn_mpi_path_counts(g, p2);
+      sbn_mpi_set_pair(g, was);
+      size_t diff = 0, wrong = 0;
+      for (size_t i = 0; i < n; i++) {
+        diff += memcmp((char *)on + es * i, (char *)off + es * i, es) != 0;
+        wrong += memcmp((char *)on + es * i, (char *)want + es * i, es) != 0;
+      }
+      const int paths_ok = p1[3] == p0[3] + 1 && p2[3] == p1[3] && p2[0] + p2[1] + p2[2] == p1[0] + p1[1] + p1[2] + 1;
+      int fail = s1 != SBN_STATUS_OK || s2 != SBN_STATUS_OK || diff || wrong || !paths_ok, any = 0;
+      MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+      bad += any;
+      if (rank == 0)
+        printf("%-4s two-rank path vs binned path, %7zu x %s (%zu pairs > 22 binades apart, %zu specials): %zu "
+               "results differ between the paths, %zu from the binned exact sum; path counts %s%s%s\n",
+               any ? "FAIL" : "ok", n, dt ? "float32" : "float64", far, special, diff, wrong,
+               paths_ok ? "ok" : "WRONG", s1 || s2 ? " status " : "", s1 ? sbn_status_name(s1) : s2 ? sbn_status_name(s2) : "");
+      free(v[0]), free(v[1]), free(on), free(off), free(want);
+    }
   return bad;
 }
 
@@ -296,7 +378,18 @@ int main(int argc, char **argv) {
   if (rank == 0) printf("MPI equivalence suite: %d ranks, %d cases, group '%s' (%s)\n", P, ncases,
                         sbn_group_name(world), sbn_group_backend(world));
   failures += check_collectives(world, rank, "world:");
-  if (P >= 2) failures += check_repeats(world, rank);
+  if (P >= 2) {
+    const int pair = sbn_mpi_set_pair(world, 1); /* on by default at P = 2, unless SYNCBN_MPI_PAIR=0 */
+    sbn_mpi_set_pair(world, pair);
+    if (rank == 0) printf("two-rank path (P = 2): %s\n", P != 2 ? "not used" : pair ? "on" : "off (SYNCBN_MPI_PAIR=0)");
+    failures += check_repeats(world, rank, pair);
+    if (P == 2) { /* the other path too, in the same process */
+      sbn_mpi_set_pair(world, !pair);
+      failures += check_repeats(world, rank, !pair);
+      sbn_mpi_set_pair(world, pair);
+      failures += check_pair_path(world, rank);
+    }
+  }
   if (P >= 2) { /* a split sub-group (odd/even ranks, reversed by key) */
     sbn_group *sub = NULL;
     st = sbn_group_split(&sub, world, rank % 2, -rank);
