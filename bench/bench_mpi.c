@@ -8,9 +8,17 @@
  *            duplicate communicator (the engine's blocking, tuned path);
  *   raw-nb   MPI_Iallreduce of the same doubles, polled with MPI_Test (the
  *            engine's nonblocking path, which a bounded wait needs);
+ *   raw-p2p  (P = 2 only) MPI_Irecv + MPI_Isend of the same doubles plus
+ *            the two-rank path's 32-byte header with the other rank, polled
+ *            with MPI_Testall: the bytes and messages of syncbn's two-rank
+ *            path without the copy, the sum and the signature check;
  *   syncbn   the layer's collective: sbn_comm_allreduce with the forward's
  *            signature, exactly what sbn_bn_forward calls between its passes
- *            (the backward's 2C doubles take the same path);
+ *            (the backward's 2C doubles take the same path); at P = 2 the
+ *            two-rank path (src/comm/mpi_pair.h) unless SYNCBN_MPI_PAIR=0;
+ *   syncbn-off  the same with the two-rank path turned off (the same
+ *            process, turned off and on around each batch): integer lanes
+ *            or binned sums, as for P > 2;
  *   lanes    MPI_Allreduce(MPI_SUM) of the integer lanes syncbn sends (2
  *            int64 per value plus 10 control lanes): the bytes and the
  *            operation of syncbn's usual path through the engine's blocking
@@ -19,7 +27,7 @@
  *            library's merge operation: the bytes syncbn's fallback path
  *            moves, the same way;
  * and which path syncbn's sums took (integer lanes / lanes redone as
- * binned sums because a term left its window / binned). The buffer is
+ * binned sums because a term left its window / binned / two-rank). The buffer is
  * summed in place call after call, so its values grow by a factor P per
  * call within a batch (and are reset between batches): a term now and then
  * leaves its window, as in a training loop whose statistics drift.
@@ -36,7 +44,7 @@
 #include "../src/comm/mpi_paths.h"
 #include "syncbn_mpi.h"
 
-enum { M_RAW, M_RAWNB, M_LIB, M_LANES, M_BINNED, M_COUNT };
+enum { M_RAW, M_RAWNB, M_P2P, M_LIB, M_LIBOFF, M_LANES, M_BINNED, M_COUNT };
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -50,7 +58,7 @@ static void xmerge(void *in, void *inout, int *len, MPI_Datatype *t) {
   sbn_xsum_merge(inout, in, (size_t)*len);
 }
 
-typedef struct bufs { double *buf; sbn_xbin *x; int64_t *lanes; } bufs;
+typedef struct bufs { double *buf, *sb, *rb; sbn_xbin *x; int64_t *lanes; } bufs;
 
 static void run_op(int m, MPI_Comm comm, sbn_group *g, bufs *b, size_t n, int64_t C) {
   switch (m) {
@@ -63,11 +71,25 @@ static void run_op(int m, MPI_Comm comm, sbn_group *g, bufs *b, size_t n, int64_
       for (int flag = 0; !flag;) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
       break;
     }
-    case M_LIB: { /* exactly what bn.c's sync_sums does */
+    case M_P2P: { /* header (4 doubles) + values, one message each way */
+      int P, rank;
+      MPI_Comm_size(comm, &P), MPI_Comm_rank(comm, &rank);
+      if (P != 2) break;
+      MPI_Request r[2];
+      memcpy(b->sb + 4, b->buf, 8 * n);
+      MPI_Irecv(b->rb, (int)n + 4, MPI_DOUBLE, 1 - rank, 7, comm, &r[0]);
+      MPI_Isend(b->sb, (int)n + 4, MPI_DOUBLE, 1 - rank, 7, comm, &r[1]);
+      for (int flag = 0; !flag;) MPI_Testall(2, r, &flag, MPI_STATUSES_IGNORE);
+      break;
+    }
+    case M_LIB:
+    case M_LIBOFF: { /* exactly what bn.c's sync_sums does */
       sbn_sig sig;
       sbn_sig_init(&sig, SBN_SIG_KIND_BN_FORWARD, 0, C, SBN_DTYPE_FLOAT32, "forward of layer #0 (C=%lld, float32)",
                    (long long)C);
+      const int was = m == M_LIBOFF ? sbn_mpi_set_pair(g, 0) : 0; /* every rank, same point: allowed */
       sbn_comm_allreduce(g, b->buf, n, SBN_DTYPE_FLOAT64, &sig);
+      if (m == M_LIBOFF) sbn_mpi_set_pair(g, was);
       break;
     }
     case M_LANES:
@@ -84,6 +106,7 @@ static void measure(MPI_Comm comm, sbn_group *g, int64_t C, int batches, int cal
   const size_t n = (size_t)(2 * C + 1);
   bufs b;
   b.buf = malloc(8 * n);
+  b.sb = calloc(n + 4, 8), b.rb = calloc(n + 4, 8);
   b.x = calloc(n + 1, sizeof *b.x);
   b.lanes = calloc(2 * n + 10, sizeof *b.lanes); /* zeros: sums stay zero over repeats */
   double *t[M_COUNT];
@@ -105,7 +128,7 @@ static void measure(MPI_Comm comm, sbn_group *g, int64_t C, int batches, int cal
     out[m] = t[m][batches / 2];
     free(t[m]);
   }
-  free(b.buf), free(b.x), free(b.lanes);
+  free(b.buf), free(b.sb), free(b.rb), free(b.x), free(b.lanes);
 }
 
 int main(int argc, char **argv) {
@@ -120,8 +143,10 @@ int main(int argc, char **argv) {
   static const int64_t Cs[] = {64, 256, 1024, 4096};
   if (rank == 0) {
     printf("syncbn MPI collective latency: %d ranks, median of %d batches x %d calls, us per call\n", P, batches, calls);
-    printf("| ranks | C | payload (doubles) | raw MPI_Allreduce | raw MPI_Iallreduce | syncbn | syncbn / raw | lanes MPI_Allreduce | binned MPI_Allreduce | syncbn's sums: lanes / fallback / binned |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| ranks | C | payload (doubles) | raw MPI_Allreduce | raw MPI_Iallreduce | raw Isend+Irecv | syncbn | syncbn / raw "
+           "| syncbn, two-rank path off | off / raw | lanes MPI_Allreduce | binned MPI_Allreduce | syncbn's sums: lanes / "
+           "fallback / binned / two-rank |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   }
   MPI_Comm raw;
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
@@ -132,14 +157,18 @@ int main(int argc, char **argv) {
   }
   for (int ci = 0; ci < 4; ci++) {
     double us[M_COUNT];
-    uint64_t p0[3], p1[3];
+    uint64_t p0[SBN_MPI_PATHS], p1[SBN_MPI_PATHS];
     sbn_mpi_path_counts(g, p0);
     measure(raw, g, Cs[ci], batches, calls, us);
     sbn_mpi_path_counts(g, p1);
-    if (rank == 0)
-      printf("| %d | %lld | %lld | %.2f | %.2f | %.2f | %.2fx | %.2f | %.2f | %llu / %llu / %llu |\n", P, (long long)Cs[ci],
-             (long long)(2 * Cs[ci] + 1), us[M_RAW], us[M_RAWNB], us[M_LIB], us[M_LIB] / us[M_RAW], us[M_LANES], us[M_BINNED],
-             (unsigned long long)(p1[0] - p0[0]), (unsigned long long)(p1[1] - p0[1]), (unsigned long long)(p1[2] - p0[2]));
+    if (rank == 0) {
+      char p2p[32] = "-";
+      if (P == 2) snprintf(p2p, sizeof p2p, "%.2f", us[M_P2P]);
+      printf("| %d | %lld | %lld | %.2f | %.2f | %s | %.2f | %.2fx | %.2f | %.2fx | %.2f | %.2f | %llu / %llu / %llu / %llu |\n",
+             P, (long long)Cs[ci], (long long)(2 * Cs[ci] + 1), us[M_RAW], us[M_RAWNB], p2p, us[M_LIB], us[M_LIB] / us[M_RAW],
+             us[M_LIBOFF], us[M_LIBOFF] / us[M_RAW], us[M_LANES], us[M_BINNED], (unsigned long long)(p1[0] - p0[0]),
+             (unsigned long long)(p1[1] - p0[1]), (unsigned long long)(p1[2] - p0[2]), (unsigned long long)(p1[3] - p0[3]));
+    }
     fflush(stdout);
   }
   sbn_group_destroy(g);

@@ -342,7 +342,7 @@ int main(void) {
     float *fa = malloc(4 * N), *fb = malloc(4 * N), *fo = malloc(4 * N);
     size_t nbad64 = 0, nbad32 = 0, fast = 0;
     for (size_t i = 0; i < N; i++) {
-      /* blocks of 64: 0 ordinary pairs only; 1 near ties whose deciding bit
+      /* blocks of 64: 0 ordinary pairs and signed zeros only; 1 near ties whose deciding bit
        * lies beyond the binned window (exponents 51-53 apart: the shortcut
        * must not take them), nothing special; 2 special values too */
       const int block = (int)(i / 64 % 3);
@@ -354,8 +354,12 @@ int main(void) {
         memcpy(&y, &u, 8);
       }
       if (block == 2 && rng_uniform(&r) < 0.05) p = DBL_MAX, y = fabs(y) + ldexp(1, 1000); /* overflow */
+      if (block == 0 && rng_uniform(&r) < 0.1) { /* a zero term, or two (-0 + -0 must give +0) */
+        y = rng_uniform(&r) < 0.5 ? 0.0 : -0.0;
+        if (rng_uniform(&r) < 0.3) p = rng_uniform(&r) < 0.7 ? -0.0 : 0.0;
+      }
       a[i] = p, b[i] = y;
-      const int k = rng_int(&r, -120, 120) - (isfinite(p) ? ilogb(p) : 0);
+      const int k = rng_int(&r, -120, 120) - (isfinite(p) && p != 0 ? ilogb(p) : 0);
       fa[i] = (float)ldexp(p, k), fb[i] = (float)ldexp(y, k);
       if (block == 1 && i % 2) /* float near ties: a tail beyond the window of a float's terms too */
         fb[i] = (float)(ldexp(1, ilogb(fa[i]) - 24 - rng_int(&r, 20, 28)) * (1 + ldexp(rng_int(&r, 1, 3), -23)));

@@ -3,7 +3,8 @@
  *
  * Most pairs pass the shortcut's test (both terms normal, exponents at most
  * 22 apart, no overflow), and then the hardware's a + b is the binned sum's
- * bits. The test is done per block of BLK pairs in a branch-free loop on
+ * bits; so do pairs with a zero term (a + 0 is exactly a, a single term's
+ * binned sum; an exactly zero sum is +0 in both, hence + 0.0 for -0 + -0). The test is done per block of BLK pairs in a branch-free loop on
  * the exponent fields (float64: 64-bit integer adds and logical shifts
  * only, which SSE2 has; float32: comparisons of x & exponent bits, the
  * power of two 2^e as a float), which the compiler vectorizes; a block
@@ -47,27 +48,82 @@ static float general_f32(float a, float b) {
   return s;
 }
 
-void sbn_xsum_pair_sum_f64(double *out, const double *a, const double *b, size_t n) {
-  for (size_t i0 = 0; i0 < n; i0 += BLK) {
-    const size_t k = n - i0 < BLK ? n - i0 : BLK;
-    const double *x = a + i0, *y = b + i0;
-    double *o = out + i0;
-    uint64_t bad = 0;
-    for (size_t j = 0; j < k; j++) {
-      const double s = x[j] + y[j];
-      uint64_t ua, ub, us;
-      memcpy(&ua, &x[j], 8), memcpy(&ub, &y[j], 8), memcpy(&us, &s, 8);
-      const uint64_t ea = (ua >> 52) & 0x7ff, eb = (ub >> 52) & 0x7ff, es = (us >> 52) & 0x7ff;
-      /* nonzero unless: 1 <= ea, eb <= 0x7fe (normal), es != 0x7ff (no
-       * overflow), |ea - eb| <= 22 (each difference + 41 within 0..63) */
-      bad |= ((ea - 1) >> 63) | ((ea + 1) >> 11) | ((eb - 1) >> 63) | ((eb + 1) >> 11) | ((es + 1) >> 11) |
-             ((ea - eb + 41) >> 6) | ((eb - ea + 41) >> 6);
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+/* All ones in the lanes whose pair takes the hardware addition: each term
+ * +-0 or normal (its exponent bits, 2^e as a double, >= DBL_MIN), both
+ * below 2^1022 (no inf/NaN, and the sum cannot overflow), and, both being
+ * nonzero, 2^ea <= 2^eb * 2^22 and the other way round (exact: powers of
+ * two). Comparisons on doubles are a few instructions per pair in SSE2,
+ * where 64-bit integer ones are not. */
+static inline __m128d pair_ok2(__m128d a, __m128d b) {
+  const __m128d expo = _mm_castsi128_pd(_mm_set1_epi64x(INT64_C(0x7ff) << 52));
+  const __m128d pa = _mm_and_pd(a, expo), pb = _mm_and_pd(b, expo), zero = _mm_setzero_pd();
+  const __m128d za = _mm_cmpeq_pd(a, zero), zb = _mm_cmpeq_pd(b, zero);
+  const __m128d lo = _mm_set1_pd(DBL_MIN), hi = _mm_set1_pd(0x1p1021), w = _mm_set1_pd(0x1p22);
+  __m128d ok = _mm_and_pd(_mm_or_pd(_mm_cmpge_pd(pa, lo), za), _mm_or_pd(_mm_cmpge_pd(pb, lo), zb));
+  ok = _mm_and_pd(ok, _mm_and_pd(_mm_cmple_pd(pa, hi), _mm_cmple_pd(pb, hi)));
+  const __m128d near = _mm_and_pd(_mm_cmple_pd(pa, _mm_mul_pd(pb, w)), _mm_cmple_pd(pb, _mm_mul_pd(pa, w)));
+  return _mm_and_pd(ok, _mm_or_pd(near, _mm_or_pd(za, zb)));
+}
+
+static int block_ok_f64(const double *x, const double *y) {
+  /* First the whole block at once: every nonzero term normal, below 2^1022
+   * and within 22 binades of every other (min and max of 2^e over the
+   * block, zeros counted as 2^1021, which no bound below excludes: a zero
+   * term makes any pair exact). A few instructions per pair; when it fails
+   * (terms of the block far apart, subnormals, inf/NaN) pair by pair. */
+  const __m128d expo = _mm_castsi128_pd(_mm_set1_epi64x(INT64_C(0x7ff) << 52)), zero = _mm_setzero_pd();
+  const __m128d hi = _mm_set1_pd(0x1p1021);
+  __m128d mn[4] = {hi, hi, hi, hi}, mx[4] = {zero, zero, zero, zero}; /* 4 chains: min/max latency */
+  for (size_t j = 0; j < BLK; j += 8)
+    for (int c = 0; c < 4; c++) {
+      const __m128d a = _mm_loadu_pd(x + j + 2 * c), b = _mm_loadu_pd(y + j + 2 * c);
+      const __m128d pa = _mm_and_pd(a, expo), pb = _mm_and_pd(b, expo);
+      mx[c] = _mm_max_pd(mx[c], _mm_max_pd(pa, pb));
+      mn[c] = _mm_min_pd(mn[c], _mm_min_pd(_mm_or_pd(pa, _mm_and_pd(_mm_cmpeq_pd(a, zero), hi)),
+                                           _mm_or_pd(pb, _mm_and_pd(_mm_cmpeq_pd(b, zero), hi))));
     }
-    if (!bad)
-      for (size_t j = 0; j < k; j++) o[j] = x[j] + y[j];
-    else
-      for (size_t j = 0; j < k; j++) o[j] = general_f64(x[j], y[j]);
+  __m128d mni = _mm_min_pd(_mm_min_pd(mn[0], mn[1]), _mm_min_pd(mn[2], mn[3]));
+  __m128d mxi = _mm_max_pd(_mm_max_pd(mx[0], mx[1]), _mm_max_pd(mx[2], mx[3]));
+  const __m128d mnv = _mm_min_pd(mni, _mm_unpackhi_pd(mni, mni)), mxv = _mm_max_pd(mxi, _mm_unpackhi_pd(mxi, mxi));
+  if (_mm_cvtsd_f64(mnv) >= DBL_MIN && _mm_cvtsd_f64(mxv) <= 0x1p1021 && _mm_cvtsd_f64(mxv) <= _mm_cvtsd_f64(mnv) * 0x1p22)
+    return 1;
+  __m128d ok = _mm_castsi128_pd(_mm_set1_epi64x(-1));
+  for (size_t j = 0; j < BLK; j += 2) ok = _mm_and_pd(ok, pair_ok2(_mm_loadu_pd(x + j), _mm_loadu_pd(y + j)));
+  return _mm_movemask_pd(ok) == 3;
+}
+#else
+/* The same test on the exponent fields with 64-bit integer adds and
+ * logical shifts (vectorized by the compiler where the target has them). */
+static int block_ok_f64(const double *x, const double *y) {
+  uint64_t bad = 0;
+  for (size_t j = 0; j < BLK; j++) {
+    uint64_t ua, ub;
+    memcpy(&ua, &x[j], 8), memcpy(&ub, &y[j], 8);
+    const uint64_t ea = (ua >> 52) & 0x7ff, eb = (ub >> 52) & 0x7ff;
+    /* all ones for +-0, else 0 */
+    const uint64_t za = 0 - (((ua & ~(UINT64_C(1) << 63)) - 1) >> 63), zb = 0 - (((ub & ~(UINT64_C(1) << 63)) - 1) >> 63);
+    /* nonzero unless: each term +-0 or normal (1 <= e), both e <= 0x7fd
+     * (no inf/NaN, no overflow), and, both being nonzero, |ea - eb| <= 22
+     * (each difference + 41 within 0..63) */
+    bad |= (((ea - 1) >> 63) & ~za) | (((eb - 1) >> 63) & ~zb) | ((ea + 2) >> 11) | ((eb + 2) >> 11) |
+           ((((ea - eb + 41) >> 6) | ((eb - ea + 41) >> 6)) & ~(za | zb));
   }
+  return bad == 0;
+}
+#endif
+
+void sbn_xsum_pair_sum_f64(double *out, const double *a, const double *b, size_t n) {
+  size_t i = 0;
+  for (; i + BLK <= n; i += BLK) {
+    if (block_ok_f64(a + i, b + i)) /* + 0.0: (-0) + (-0) is -0 in hardware, +0 as a binned sum */
+      for (size_t j = i; j < i + BLK; j++) out[j] = (a[j] + b[j]) + 0.0;
+    else
+      for (size_t j = i; j < i + BLK; j++) out[j] = general_f64(a[j], b[j]);
+  }
+  for (; i < n; i++) out[i] = general_f64(a[i], b[i]);
 }
 
 void sbn_xsum_pair_sum_f32(float *out, const float *a, const float *b, size_t n) {
@@ -76,13 +132,14 @@ void sbn_xsum_pair_sum_f32(float *out, const float *a, const float *b, size_t n)
     const float *x = a + i0, *y = b + i0;
     float *o = out + i0;
     int bad = 0;
-    for (size_t j = 0; j < k; j++) { /* float normals only (float subnormals: pair by pair) */
+    for (size_t j = 0; j < k; j++) { /* float normals and zeros only (float subnormals: pair by pair) */
       const float pa = pow2_of_f(x[j]), pb = pow2_of_f(y[j]), s = (float)((double)x[j] + (double)y[j]);
-      bad |= !(pa >= FLT_MIN) | !(pa <= 0x1p127f) | !(pb >= FLT_MIN) | !(pb <= 0x1p127f) |
-             !(pa <= pb * 0x1p22f) | !(pb <= pa * 0x1p22f) | !(fabsf(s) <= FLT_MAX);
+      const int za = x[j] == 0, zb = y[j] == 0;
+      bad |= (!(pa >= FLT_MIN) & !za) | !(pa <= 0x1p127f) | (!(pb >= FLT_MIN) & !zb) | !(pb <= 0x1p127f) |
+             ((!(pa <= pb * 0x1p22f) | !(pb <= pa * 0x1p22f)) & !za & !zb) | !(fabsf(s) <= FLT_MAX);
     }
     if (!bad)
-      for (size_t j = 0; j < k; j++) o[j] = (float)((double)x[j] + (double)y[j]);
+      for (size_t j = 0; j < k; j++) o[j] = (float)((double)x[j] + (double)y[j]) + 0.0f;
     else
       for (size_t j = 0; j < k; j++) o[j] = general_f32(x[j], y[j]);
   }

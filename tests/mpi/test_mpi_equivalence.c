@@ -311,11 +311,12 @@ static int check_pair_path(sbn_group *g, int rank) {
       double *v[2];
       for (int q = 0; q < 2; q++) v[q] = malloc(8 * n);
       rng r = rng_seed(9090 + 31 * c + (size_t)dt);
-      size_t far = 0, special = 0;
+      size_t far = 0, special = 0, zeros = 0;
       for (size_t i = 0; i < n; i++) {
         const int mode = (int)(i / 64 % 4); /* whole blocks of ordinary values, and mixed ones */
         double a = ldexp(1 + rng_uniform(&r), rng_int(&r, dt ? -100 : -1000, dt ? 100 : 1000)) * (rng_uniform(&r) < 0.5 ? -1 : 1);
         double b = ldexp(rng_normal(&r), ilogb(a) - rng_int(&r, 0, mode == 3 ? 60 : 22));
+        if (mode < 2 && rng_uniform(&r) < 0.05) b = rng_uniform(&r) < 0.5 ? 0.0 : -0.0, a = rng_uniform(&r) < 0.3 ? -0.0 : a;
         if (mode >= 2 && rng_uniform(&r) < 0.1) b = -a * (1 + ldexp(rng_int(&r, -2, 2), dt ? -23 : -52)); /* cancellation */
         if (mode == 2 && !dt && i % 2) /* a near tie decided by a bit beyond the binned window: not the shortcut */
           b = ldexp(1, ilogb(a) - 53 + rng_int(&r, 0, 2)) * (1 + ldexp(rng_int(&r, 1, 3), -52));
@@ -323,6 +324,7 @@ static int check_pair_path(sbn_group *g, int rank) {
         if (rng_uniform(&r) < 0.5) { const double t = a; a = b, b = t; }
         if (dt) a = (float)a, b = (float)b; /* float32: values in float range, subnormal floats included */
         far += isfinite(a) && isfinite(b) && a && b && abs(ilogb(a) - ilogb(b)) > 22;
+        zeros += a == 0 || b == 0;
         v[0][i] = a, v[1][i] = b;
       }
       void *on = malloc(es * n), *off = malloc(es * n), *want = malloc(es * n);
@@ -352,9 +354,9 @@ static int check_pair_path(sbn_group *g, int rank) {
       MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
       bad += any;
       if (rank == 0)
-        printf("%-4s two-rank path vs binned path, %7zu x %s (%zu pairs > 22 binades apart, %zu specials): %zu "
+        printf("%-4s two-rank path vs binned path, %7zu x %s (%zu pairs > 22 binades apart, %zu with +-0, %zu specials): %zu "
                "results differ between the paths, %zu from the binned exact sum; path counts %s%s%s\n",
-               any ? "FAIL" : "ok", n, dt ? "float32" : "float64", far, special, diff, wrong,
+               any ? "FAIL" : "ok", n, dt ? "float32" : "float64", far, zeros, special, diff, wrong,
                paths_ok ? "ok" : "WRONG", s1 || s2 ? " status " : "", s1 ? sbn_status_name(s1) : s2 ? sbn_status_name(s2) : "");
       free(v[0]), free(v[1]), free(on), free(off), free(want);
     }
