@@ -32,18 +32,44 @@ equivalence)
     timeout -k 5 300 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_equivalence" 24 || fail "np=$np (exit $?)"
   done ;;
 faults)
+  # P = 2 runs the two-rank path (point to point, src/comm/mpi_pair.h),
+  # P >= 3 the all-reduce: every fault at both. The mismatch at P = 2 runs
+  # with the two-rank path on and off (SYNCBN_MPI_PAIR=0), and the two
+  # must give the same statuses and messages.
+  logs=()
   for np in 2 3; do
-    echo "### mpirun -np $np test_mpi_faults mismatch"
-    timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_faults" mismatch || fail "mismatch np=$np (exit $?)"
+    for pair in 1 0; do
+      [ "$np" = 2 ] || [ "$pair" = 1 ] || continue
+      echo "### SYNCBN_MPI_PAIR=$pair mpirun -np $np test_mpi_faults mismatch"
+      log=$(mktemp); logs+=("$log")
+      SYNCBN_MPI_PAIR=$pair timeout -k 5 60 "${MPIRUN[@]}" -x SYNCBN_MPI_PAIR -np "$np" "$build/tests/mpi/test_mpi_faults" mismatch >"$log" 2>&1; rc=$?
+      cat "$log"
+      [ $rc -eq 0 ] || fail "mismatch np=$np SYNCBN_MPI_PAIR=$pair (exit $rc)"
+    done
   done
-  echo "### mpirun -np 3 test_mpi_faults timeout"
-  abandoning timeout -k 5 60 "${MPIRUN[@]}" -np 3 "$build/tests/mpi/test_mpi_faults" timeout || fail "timeout (exit $?)"
-  for rep in 1 2; do
-    echo "### mpirun -np 4 test_mpi_faults timeout_exact (run $rep)"
-    abandoning timeout -k 5 60 "${MPIRUN[@]}" -np 4 "$build/tests/mpi/test_mpi_faults" timeout_exact || fail "timeout_exact (exit $?)"
+  # statuses and messages without the times
+  strip() { grep -v '^paths:' "$1" | sed 's/ in [0-9.]* s (limit/ (limit/'; }
+  grep -H '^paths:' "${logs[0]}" "${logs[1]}" | sed 's/^[^:]*:/  /'
+  if diff <(strip "${logs[0]}") <(strip "${logs[1]}"); then
+    echo "  np=2 mismatch: the same $(grep -c '^      "' "${logs[0]}") messages with the two-rank path on and off"
+  else
+    fail "np=2 mismatch: messages differ between the two-rank path on and off (diff above)"
+  fi
+  rm -f "${logs[@]}"
+  for np in 2 3; do
+    echo "### mpirun -np $np test_mpi_faults timeout"
+    abandoning timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_faults" timeout || fail "timeout np=$np (exit $?)"
   done
-  echo "### SYNCBN_TIMEOUT=1e30 mpirun -np 3 test_mpi_faults forever"
-  SYNCBN_TIMEOUT=1e30 timeout -k 5 60 "${MPIRUN[@]}" -x SYNCBN_TIMEOUT -np 3 "$build/tests/mpi/test_mpi_faults" forever || fail "forever (exit $?)" ;;
+  for np in 2 4; do
+    for rep in 1 2; do
+      echo "### mpirun -np $np test_mpi_faults timeout_exact (run $rep)"
+      abandoning timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_faults" timeout_exact || fail "timeout_exact np=$np (exit $?)"
+    done
+  done
+  for np in 2 3; do
+    echo "### SYNCBN_TIMEOUT=1e30 mpirun -np $np test_mpi_faults forever"
+    SYNCBN_TIMEOUT=1e30 timeout -k 5 60 "${MPIRUN[@]}" -x SYNCBN_TIMEOUT -np "$np" "$build/tests/mpi/test_mpi_faults" forever || fail "forever np=$np (exit $?)"
+  done ;;
 algorithms)
   # Reproducibility: the same bits whatever reduction algorithm the engine
   # runs. The MPI backend's collectives are MPI_Iallreduce (Open MPI's
@@ -86,12 +112,15 @@ kill)
       if grep -q -- "$p" "$log"; then echo "  $name: found \"$p\""; else fail "$name: no \"$p\" in the output"; fi
     done
   }
-  echo "### rank 1 SIGKILLs itself at step 3 (mpirun -np 3, default behaviour)"
-  expect_end kill 30 "step 2 ok" "exited on signal 9" -- \
-    "${MPIRUN[@]}" -np 3 "$build/tests/mpi/test_mpi_faults" kill
-  echo "### rank 1 SIGSTOPs itself at step 3 (SYNCBN_TIMEOUT=2)"
-  abandoning expect_end stop 30 "step 2 ok" "SBN_STATUS_TIMEOUT" "timed out after 2 s in forward of layer #0" "waiting for rank(s) 1" -- \
-    env SYNCBN_TIMEOUT=2 "${MPIRUN[@]}" -x SYNCBN_TIMEOUT -np 3 "$build/tests/mpi/test_mpi_faults" stop ;;
+  # (P = 2: the two-rank path; P = 3: the all-reduce)
+  for np in 2 3; do
+    echo "### rank 1 SIGKILLs itself at step 3 (mpirun -np $np, default behaviour)"
+    expect_end "kill np=$np" 30 "step 2 ok" "exited on signal 9" -- \
+      "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_faults" kill
+    echo "### rank 1 SIGSTOPs itself at step 3 (mpirun -np $np, SYNCBN_TIMEOUT=2)"
+    abandoning expect_end "stop np=$np" 30 "step 2 ok" "SBN_STATUS_TIMEOUT" "timed out after 2 s in forward of layer #0" "waiting for rank(s) 1" -- \
+      env SYNCBN_TIMEOUT=2 "${MPIRUN[@]}" -x SYNCBN_TIMEOUT -np "$np" "$build/tests/mpi/test_mpi_faults" stop
+  done ;;
 torch)
   timeout -k 5 300 /usr/bin/python3 tests/mpi/torch_peer_mpi.py "$build/tests/mpi/torch_peer_mpi" || fail "torch peer (exit $?)" ;;
 *)

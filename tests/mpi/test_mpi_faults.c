@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../src/comm/mpi_paths.h"
 #include "syncbn_mpi.h"
 #include "testutil.h"
 
@@ -146,6 +147,12 @@ static int mode_mismatch(sbn_group *world) {
   record(&o, st, t0);
   bad += report("the group is still usable: a correct step", &o, all_ok, 5);
 
+  uint64_t paths[SBN_MPI_PATHS];
+  sbn_mpi_path_counts(world, paths);
+  if (rank == 0) /* evidence of the path the agreement took (run_mpi.sh leaves this line out of its diff) */
+    printf("paths: sums in integer lanes %llu, lanes then binned %llu, binned %llu, two-rank %llu\n",
+           (unsigned long long)paths[0], (unsigned long long)paths[1], (unsigned long long)paths[2],
+           (unsigned long long)paths[3]);
   sbn_bn_destroy(a), sbn_bn_destroy(b), sbn_bn_destroy(c), sbn_bn_destroy(d);
   rank_data_free(&t8.d), rank_data_free(&t9.d), rank_data_free(&tbig.d), rank_data_free(&twrong.d);
   return bad;
