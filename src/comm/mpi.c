@@ -18,6 +18,15 @@
  *    MPI_Op): the first call of a collective, a call whose terms left
  *    their windows (redone this way), larger groups.
  *
+ * TWO RANKS: NO REDUCTION. With P = 2 an exact format buys nothing: each
+ * rank can compute the pair's exact sum itself from both raw terms
+ * (sbn_xsum_pair_sum_*, commutative, the binned sum's bits). So sums go
+ * as raw values point to point, 8 bytes per double, one message each way
+ * with a header carrying what the control element carries, plus the
+ * counts (pair_collective, mpi_pair.h); the signature check, the
+ * predicted counts, the waiting and the fault handling below are the
+ * same. SYNCBN_MPI_PAIR=0 (on any rank) turns it off.
+ *
  * SIGNATURE IN THE SAME REDUCTION. Element 0 of every binned reduction is
  * a control element carrying min and max of a 64-bit hash of this rank's
  * signature (kind, layer, count, dtype, extra) and the max of the ranks'
