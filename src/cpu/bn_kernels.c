@@ -107,6 +107,14 @@ int sbn_cpu_has_avx512(void) {
 #endif
 }
 
+int sbn_cpu_has_avx512bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return sbn_cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return 0;
+#endif
+}
+
 static const struct isa_row {
   const char *name;
   int (*supported)(void);
@@ -115,6 +123,7 @@ static const struct isa_row {
     [SBN_CPU_ISA_GENERIC] = {"generic", supported_generic, sbn_ktab_generic},
     [SBN_CPU_ISA_AVX2] = {"avx2", sbn_cpu_has_avx2, sbn_ktab_avx2},
     [SBN_CPU_ISA_AVX512] = {"avx512", sbn_cpu_has_avx512, sbn_ktab_avx512},
+    [SBN_CPU_ISA_AVX512BF16] = {"avx512bf16", sbn_cpu_has_avx512bf16, sbn_ktab_avx512bf16},
 };
 enum { N_ISA = sizeof isas / sizeof isas[0] };
 

@@ -58,10 +58,15 @@ void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void
 /* Instruction sets of the kernels: a table (bn_kernels.c), ordered from the
  * most portable to the fastest, so another level is one more row. The best
  * one the CPU supports is chosen once; SYNCBN_CPU_ISA=<name> (generic, avx2,
- * avx512) overrides it when the CPU supports that level (otherwise the best,
+ * avx512, avx512bf16) overrides it when the CPU supports that level (otherwise the best,
  * with a note on stderr under SYNCBN_DEBUG=1), and tests switch with
  * sbn_cpu_set_isa. Every level gives the same bits (tests/cpu check it). */
-typedef enum sbn_cpu_isa { SBN_CPU_ISA_GENERIC = 0, SBN_CPU_ISA_AVX2 = 1, SBN_CPU_ISA_AVX512 = 2 } sbn_cpu_isa;
+typedef enum sbn_cpu_isa {
+  SBN_CPU_ISA_GENERIC = 0,
+  SBN_CPU_ISA_AVX2 = 1,
+  SBN_CPU_ISA_AVX512 = 2,
+  SBN_CPU_ISA_AVX512BF16 = 3 /* avx512 + AVX512_BF16: the 16-bit elementwise passes 16 a zmm */
+} sbn_cpu_isa;
 int sbn_cpu_isa_count(void);
 const char *sbn_cpu_isa_name(int isa);   /* NULL when out of range */
 int sbn_cpu_isa_supported(int isa);      /* 1 when this CPU can run it */
@@ -69,6 +74,7 @@ int sbn_cpu_isa_find(const char *name);  /* index, or -1 */
 int sbn_cpu_get_isa(void);
 int sbn_cpu_has_avx2(void);
 int sbn_cpu_has_avx512(void); /* F, BW, VL, DQ (and AVX2) */
+int sbn_cpu_has_avx512bf16(void); /* the above and AVX512_BF16 */
 /* Returns 0, or -1 if the CPU lacks the instruction set. */
 int sbn_cpu_set_isa(int isa);
 

@@ -51,6 +51,7 @@ enum { SBN_KTAB_DTYPES = 4 };
 extern const sbn_ktable sbn_ktab_generic[SBN_KTAB_DTYPES];
 extern const sbn_ktable sbn_ktab_avx2[SBN_KTAB_DTYPES];
 extern const sbn_ktable sbn_ktab_avx512[SBN_KTAB_DTYPES];
+extern const sbn_ktable sbn_ktab_avx512bf16[SBN_KTAB_DTYPES];
 
 /* Run fn over units [0, n) on `threads` threads, handing out `grain`
  * units at a time to whichever thread is free (a preempted thread does not

@@ -315,6 +315,45 @@ static inline vd8 ldw_bf16(const uint16_t *p, int h) {
   const __m256i f = h ? _mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u)) : _mm256_slli_epi32(u, 16);
   return (vd8)_mm512_cvtps_pd(_mm256_castsi256_ps(f));
 }
+
+/* ---- 16 x float32 (AVX-512 builds): the 16-bit types' elementwise passes ----
+ * One zmm of 16 floats a step, natural order: float16 widens and narrows
+ * with vcvtph2ps / vcvtps2ph, bfloat16 widens by a zero extension and a
+ * shift and (SBN_VEC_BF16, the avx512bf16 level) narrows with
+ * vcvtneps2bf16, which rounds to nearest even and quiets a NaN exactly as
+ * sbn_f32_to_bf16 (bit 6 set, the payload's top bits kept; checked on every
+ * float32) but flushes subnormal inputs to a signed zero: lanes with a zero
+ * exponent field (vfpclassps) are redone by the integer rounding, a branch
+ * that ordinary data does not take. Stores may stream (nt, 32-byte aligned). */
+typedef float vf16 __attribute__((vector_size(64)));
+static inline vf16 vf16_set1(float a) { return (vf16)_mm512_set1_ps(a); }
+static inline vf16 vf16_ld(const float *p) { return (vf16)_mm512_loadu_ps(p); }
+static inline void st16h(uint16_t *p, __m256i h, int nt) {
+  if (nt) _mm256_stream_si256((__m256i *)p, h);
+  else _mm256_storeu_si256((__m256i *)p, h);
+}
+static inline vf16 ldz_f16(const uint16_t *p) {
+  return (vf16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline void stz_f16(uint16_t *p, vf16 f, int nt) {
+  st16h(p, _mm512_cvtps_ph((__m512)f, _MM_FROUND_TO_NEAREST_INT), nt);
+}
+#ifdef SBN_VEC_BF16
+static inline vf16 ldz_bf16(const uint16_t *p) {
+  return (vf16)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16);
+}
+static inline void stz_bf16(uint16_t *p, vf16 f, int nt) {
+  __m256i h = (__m256i)_mm512_cvtneps_pbh((__m512)f);
+  const __mmask16 sub = _mm512_fpclass_ps_mask((__m512)f, 0x20); /* subnormal lanes */
+  if (__builtin_expect(sub != 0, 0)) {
+    const __m512i u = (__m512i)f, one = _mm512_set1_epi32(1);
+    const __m512i r = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    h = _mm512_mask_cvtepi32_epi16(h, sub, _mm512_srli_epi32(r, 16));
+  }
+  st16h(p, h, nt);
+}
+#endif
 #endif
 
 #endif
