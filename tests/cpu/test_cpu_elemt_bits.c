@@ -7,15 +7,20 @@
  * whole, rounded once to float32.
  *
  * Every vector path must give those bits: bfloat16's 16 values as even and
- * odd positions with permuted channels-last coefficients, the 8-value path,
+ * odd positions with permuted channels-last coefficients, the 16-bit types'
+ * 16-value zmm path (AVX-512; bfloat16 with AVX512_BF16), the 8-value path,
  * the scalar tails, streamed stores, short channels-first rows as one flat
  * stream; in every instruction set this CPU runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
  * with payloads), infinities, zeros of both signs, subnormals, channels
  * whose scale is 1 + 2^-8, which puts products of bfloat16 values exactly
  * halfway between two bfloat16 values (ties), and channels whose bias or
  * mean is a NaN with a full payload (its low 16 bits set: the rounding must
- * not carry them into the sign). Tolerance: 0 differing values (NaN
- * results: any NaN, see differs()). */
+ * not carry them into the sign). Channels scaled to the bottom of the
+ * storage type's range give subnormal results (ties among them, and values
+ * that round up to the smallest normal: vcvtneps2bf16 flushes subnormals, so
+ * the avx512bf16 level must redo them), channels scaled to its top
+ * overflow to infinity, and identity channels pass subnormal inputs through.
+ * Tolerance: 0 differing values (NaN results: any NaN, see differs()). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +77,18 @@ static void value(void *p, int64_t i, rng *r, sbn_dtype dt) {
   }
 }
 
+/* The storage type's smallest normal and largest finite magnitudes' powers of two. */
+static double tiny(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT16 ? 0x1p-14 : 0x1p-126; }
+static double huge(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT16 ? 0x1p14 : 0x1p126; }
+
+/* A stored value's class: 1 subnormal, 2 infinite, 0 otherwise. */
+static int cls(uint32_t u, sbn_dtype dt) {
+  const uint32_t a = dt == SBN_DTYPE_FLOAT32 ? u & 0x7fffffffu : u & 0x7fffu;
+  const uint32_t inf = dt == SBN_DTYPE_FLOAT32 ? 0x7f800000u : dt == SBN_DTYPE_BFLOAT16 ? 0x7f80u : 0x7c00u;
+  const uint32_t minn = dt == SBN_DTYPE_FLOAT32 ? 0x00800000u : dt == SBN_DTYPE_BFLOAT16 ? 0x0080u : 0x0400u;
+  return a == inf ? 2 : a != 0 && a < minn ? 1 : 0;
+}
+
 static int isas_run(void) {
   int k = 0;
   for (int i = 0; i < sbn_cpu_isa_count(); i++) k += sbn_cpu_isa_supported(i);
@@ -90,6 +107,12 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, in
     a[ch] = tie ? 1 + 0x1p-8 : 1 + rng_normal(r);
     b[ch] = tie ? 0 : rng_normal(r);
     c[ch] = rng_normal(r);
+    const int kind = tie ? 0 : ch % 6; /* 2: subnormal results, 4: overflow, 5: identity */
+    if (kind == 2 || kind == 4 || kind == 5) {
+      mean[ch] = 0, b[ch] = 0;
+      a[ch] = kind == 2 ? tiny(dt) : kind == 4 ? huge(dt) * (1 + 0x1p-8) : 1;
+      c[ch] = kind == 2 ? -tiny(dt) * 0.75 : kind == 4 ? huge(dt) : 0;
+    }
     /* NaN coefficients whose float32 payload is all ones: rounding them
      * as numbers would carry into the sign (+0 or -0 instead of NaN) */
     const uint64_t nan_bits = ch % 7 == 3 ? 0x7fffffffffffffffull : 0xffffffffffffffffull;
@@ -99,7 +122,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, in
   sbn_geom g = {N, C, S, lay, dt};
   sbn_cpu_ws ws = {NULL, 0, 1};
   if (sbn_cpu_ws_reserve(&ws, g)) return 1;
-  double diff_y = 0, diff_dx = 0, nan_seen = 0;
+  double diff_y = 0, diff_dx = 0, nan_seen = 0, sub_seen = 0, inf_seen = 0;
   int bad = 0;
   for (int isa = 0; isa < sbn_cpu_isa_count(); isa++) {
     if (!sbn_cpu_isa_supported(isa)) continue;
@@ -126,15 +149,18 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, in
         diff_y += differs(bits(y, i, dt), vy, dt);
         diff_dx += differs(bits(dx, i, dt), vdx, dt);
         nan_seen += vy != vy;
+        sub_seen += cls(st(vy, dt), dt) == 1, inf_seen += cls(st(vy, dt), dt) == 2 && isfinite(ld(x, i, dt));
       }
     }
   }
-  printf("%s %s %lldx%lldx%lld%s: %lld values x %d instruction set(s) x 2 thread counts, %.0f NaN outputs in all\n",
+  printf("%s %s %lldx%lldx%lld%s: %lld values x %d instruction set(s) x 2 thread counts, %.0f NaN, %.0f "
+         "subnormal, %.0f overflowed outputs in all\n",
          dt_name(dt), lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, stream ? " (streamed)" : "",
-         (long long)n, isas_run(), nan_seen);
+         (long long)n, isas_run(), nan_seen, sub_seen, inf_seen);
   bad |= check("  y values differing from the definition", diff_y, 0);
   bad |= check("  dx values differing from the definition", diff_dx, 0);
   bad |= check("  evidence: NaN inputs reached the outputs (0: yes)", nan_seen > 0 ? 0 : 1, 0);
+  bad |= check("  evidence: subnormal and overflowed outputs (0: yes)", sub_seen > 0 && inf_seen > 0 ? 0 : 1, 0);
   sbn_cpu_ws_free(&ws);
   free(x), free(dy), free(y), free(dx), free(mean), free(a), free(b), free(c);
   return bad;
