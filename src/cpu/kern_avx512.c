@@ -3,7 +3,10 @@
  * kern_body.inc, kern_rows.inc), the widening to float64 being their bound.
  * Each lane does the 4-double path's additions in its order, so the bits
  * equal the other instruction sets'. The elementwise passes are the AVX2
- * bodies, re-encoded. */
+ * bodies, re-encoded, but for float16's, 16 values a zmm (vcvtph2ps /
+ * vcvtps2ph); bfloat16's go so only with AVX512_BF16 (kern_avx512bf16.c),
+ * here they keep the even/odd path (narrowing 16 floats in natural order
+ * as integers needs a vpmovdw shuffle; not tried). */
 #if defined(__x86_64__) || defined(__i386__)
 #if !defined(__clang__) /* clang: mk/cpu.mk passes the flags */
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
