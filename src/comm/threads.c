@@ -227,17 +227,12 @@ static void reduce_range_general(const rendezvous *rv, void *dst, size_t lo, siz
 /* Elements [lo, hi) of the sum into dst[0 .. hi-lo). */
 static void reduce_range(const rendezvous *rv, void *dst, size_t lo, size_t hi, sbn_dtype dtype) {
   if (rv->size == 2) { /* two ranks: mostly one hardware addition, the same bits */
-    if (dtype == SBN_DTYPE_FLOAT64) {
-      const double *a = rv->slots[0].buf, *b = rv->slots[1].buf;
-      double *d = dst;
-      for (size_t i = lo; i < hi; i++)
-        if (!sbn_xsum_pair_f64(a[i], b[i], &d[i - lo])) reduce_range_general(rv, dst, i, i + 1, lo, dtype);
-    } else {
-      const float *a = rv->slots[0].buf, *b = rv->slots[1].buf;
-      float *d = dst;
-      for (size_t i = lo; i < hi; i++)
-        if (!sbn_xsum_pair_f32(a[i], b[i], &d[i - lo])) reduce_range_general(rv, dst, i, i + 1, lo, dtype);
-    }
+    if (dtype == SBN_DTYPE_FLOAT64)
+      sbn_xsum_pair_sum_f64(dst, (const double *)rv->slots[0].buf + lo, (const double *)rv->slots[1].buf + lo,
+                            hi - lo);
+    else
+      sbn_xsum_pair_sum_f32(dst, (const float *)rv->slots[0].buf + lo, (const float *)rv->slots[1].buf + lo,
+                            hi - lo);
     return;
   }
   reduce_range_general(rv, dst, lo, hi, lo, dtype);
