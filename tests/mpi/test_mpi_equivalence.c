@@ -292,7 +292,9 @@ static int check_repeats(sbn_group *g, int rank, int pair) {
  * +-0, subnormals, +-inf, NaN, overflow; blocks of 64 ordinary values (the
  * vectorized shortcut) and blocks with such values here and there. Counts change between calls (1, 63,
  * 64, 65, 4097, then SBN_MPI_PAIR_MAX-sized pieces), so some sums go inline
- * (predicted count), others after a header (new count, learnt). */
+ * (predicted count), others after a header (new count, learnt); 500-1000
+ * values are just over the eager limit, so their exchanges go in two parts
+ * (values in both, or a header and an empty part). */
 static double special_value(rng *r, int me) {
   static const double sp[] = {0.0, -0.0, 0x1p-1074, -0x1p-1060, 0x1p-1022, INFINITY, -INFINITY, NAN, 0x1.fffffffffffffp1023};
   const int k = rng_int(r, 0, (int)(sizeof sp / sizeof *sp) - 1);
@@ -301,7 +303,8 @@ static double special_value(rng *r, int me) {
 
 static int check_pair_path(sbn_group *g, int rank) {
   const int me = sbn_group_rank(g);
-  static const size_t counts[] = {1, 63, 64, 65, 4097, 4097, 4097, 64, (size_t)2 * 1048576 + 3, 4097};
+  static const size_t counts[] = {1, 63, 64, 65, 4097, 4097, 4097, 64, (size_t)2 * 1048576 + 3, 4097,
+                                  513, 513, 513, 700, 513, 1000, 1000, 1001, 1001, 503};
   int bad = 0;
   for (int dt = 0; dt < 2; dt++)
     for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
