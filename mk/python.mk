@@ -17,6 +17,7 @@ PY_TEST_ENV := PYTHONPATH=python SYNCBN_LIBRARY=$(abspath $(BUILD)/libsyncbn.so)
 ifneq ($(SBN_SANITIZE),1)
 EXTRA_TEST_CMDS += 'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_module.py' \
                    'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_distributed.py 2 3' \
+                   'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_cuda.py' \
                    'cmd:tests/python/test_install.sh $(BUILD)'
 endif
 

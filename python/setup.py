@@ -1,5 +1,7 @@
 """Bundles libsyncbn.so into the package: $SYNCBN_LIBRARY if set, else the
-source tree's build/libsyncbn.so (built with `make lib` when missing)."""
+source tree's build/libsyncbn.so (built with `make lib` when missing); and,
+when it was built (nvcc found), libsyncbn_cuda.so.1 from the same folder,
+which libsyncbn opens from its own folder on the first CUDA request."""
 import os
 import shutil
 import subprocess
@@ -25,6 +27,11 @@ class BuildPyWithLibrary(build_py):
         dst = os.path.join(self.build_lib, "syncbn", "libsyncbn.so")
         shutil.copyfile(os.path.realpath(src), dst)
         os.chmod(dst, 0o755)
+        cuda = os.path.join(os.path.dirname(src), "libsyncbn_cuda.so.1")
+        if os.path.exists(cuda):
+            dst = os.path.join(self.build_lib, "syncbn", "libsyncbn_cuda.so.1")
+            shutil.copyfile(os.path.realpath(cuda), dst)
+            os.chmod(dst, 0o755)
 
 
 class BinaryDistribution(Distribution):

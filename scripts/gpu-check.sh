@@ -150,6 +150,12 @@ while IFS= read -r cmd; do
   step "$name" 180 bash -c "$cmd"
 done <<<"$TEST_CMDS"
 
+# ---- the Python package on CUDA tensors (PyTorch with CUDA) ----
+pylib=build/libsyncbn.so
+[ -f "$STAGE/tests.list" ] && pylib=$STAGE/lib/libsyncbn.so.1
+step python-cuda 240 env PYTHONPATH="$here/python:$here/tests/python" SYNCBN_LIBRARY="$here/$pylib" \
+  "$PYTHON" tests/python/test_cuda.py
+
 # ---- the benchmark and PyTorch's chain ----
 if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   if [ -x "$BENCH" ]; then

@@ -10,6 +10,11 @@ return code (with its text as the library's message), i.e.
 SBN_STATUS_BACKEND_ERROR, and is chained to the SyncBNError raised to the
 caller. Timeouts are torch.distributed's: the `timeout` given to
 init_process_group / new_group.
+
+The library hands these callbacks host buffers (a CUDA layer stages its
+O(C) statistics through host memory for a custom group). NCCL reduces only
+CUDA tensors, so for an NCCL group each collective goes through a tensor on
+the current GPU: a copy there, NCCL's collective, a copy back.
 """
 import ctypes
 import threading
@@ -42,6 +47,7 @@ class TorchGroup:
         else:
             self.global_ranks = list(dist.get_process_group_ranks(pg))
         self.backend = str(dist.get_backend(pg))
+        self.staged = self.backend == "nccl"  # host buffers go through the current GPU
         self.calls = 0  # collectives issued through torch (tests use it: eval must not add any)
         self.pending = threading.local()  # the exception a callback caught, for chaining
         # ctypes callback objects must live as long as the C group.
@@ -73,7 +79,13 @@ class TorchGroup:
                 raise ValueError("all-reduce of dtype %d is not supported" % dtype)
             self.calls += 1
             if count:
-                dist.all_reduce(_host_tensor(buf, count, _TORCH_DTYPES[dtype]), group=self.pg)
+                t = _host_tensor(buf, count, _TORCH_DTYPES[dtype])
+                if self.staged:
+                    d = t.to(self._gpu())
+                    dist.all_reduce(d, group=self.pg)
+                    t.copy_(d)  # waits for the collective
+                else:
+                    dist.all_reduce(t, group=self.pg)
             return 0
         except BaseException as e:  # never let an exception cross the C frames
             return self._fail(e)
@@ -83,11 +95,18 @@ class TorchGroup:
             self._check_host(device, stream)
             self.calls += 1
             if nbytes:
-                dist.broadcast(_host_tensor(buf, nbytes, torch.uint8), src=self.global_ranks[root],
-                               group=self.pg)
+                t = _host_tensor(buf, nbytes, torch.uint8)
+                d = t.to(self._gpu()) if self.staged else t
+                dist.broadcast(d, src=self.global_ranks[root], group=self.pg)
+                if self.staged:
+                    t.copy_(d)
             return 0
         except BaseException as e:
             return self._fail(e)
+
+    @staticmethod
+    def _gpu():
+        return torch.device("cuda", torch.cuda.current_device())
 
     def _barrier(self, ctx):
         try:

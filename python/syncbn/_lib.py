@@ -14,6 +14,7 @@ import os
 DTYPE_FLOAT32, DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT64, DTYPE_INT64 = range(5)
 LAYOUT_CHANNELS_FIRST, LAYOUT_CHANNELS_LAST = 0, 1
 DEVICE_CPU, DEVICE_CUDA = 0, 1
+STATUS_INVALID_ARGUMENT, STATUS_INTERNAL = 1, 13
 MOMENTUM_CUMULATIVE = -1.0
 MAX_DIMS = 5
 CUSTOM_OPS_VERSION = 1
@@ -112,6 +113,8 @@ _SIGNATURES = {
     "sbn_bn_tensor": (_S, [ctypes.POINTER(Tensor), _P, ctypes.c_int]),
     "sbn_bn_get_num_batches_tracked": (_S, [_P, ctypes.POINTER(ctypes.c_int64)]),
     "sbn_bn_set_num_batches_tracked": (_S, [_P, ctypes.c_int64]),
+    "sbn_bn_set_stream": (_S, [_P, _P]),
+    "sbn_cuda_device_count": (_S, [ctypes.POINTER(ctypes.c_int)]),
     "sbn_set_num_threads": (_S, [ctypes.c_int]),
     "sbn_num_threads": (ctypes.c_int, [ctypes.c_int]),
 }
@@ -157,3 +160,10 @@ def set_num_threads(threads):
     """CPU threads per rank for the library's kernels (0: back to the default,
     cores / ranks sharing them; SYNCBN_NUM_THREADS also sets it)."""
     check(lib.sbn_set_num_threads(int(threads)))
+
+
+def cuda_device_count():
+    """GPUs the library can use: 0 when it was built without CUDA (or
+    libsyncbn_cuda is missing), or when there is no GPU or driver."""
+    n = ctypes.c_int(0)
+    return n.value if lib.sbn_cuda_device_count(ctypes.byref(n)) == 0 else 0

@@ -1,4 +1,4 @@
-"""SyncBatchNorm for PyTorch on CPU, backed by libsyncbn.
+"""SyncBatchNorm for PyTorch on CPU (and CUDA), backed by libsyncbn.
 
     import syncbn.torch as sbn
     model = sbn.convert_sync_batchnorm(model)        # before DDP, like PyTorch's
@@ -19,6 +19,14 @@ The layer's parameters and buffers are this module's torch tensors: each call
 copies weight, bias, running statistics and num_batches_tracked (O(C)) into
 the library's layer and the updated statistics back, so optimizer updates,
 load_state_dict and DDP's buffer broadcasts are always seen.
+
+CUDA tensors (a library built with CUDA: libsyncbn_cuda next to libsyncbn)
+run the library's CUDA kernels on the tensor's GPU, on PyTorch's current
+stream. The statistics go through host memory to torch.distributed (gloo
+directly; NCCL through a small tensor on the current GPU), which waits for
+the stream once per collective; a training forward with running statistics
+also waits once to read num_batches_tracked, which the library keeps on the
+GPU.
 """
 import ctypes
 import os
@@ -70,15 +78,15 @@ def _empty_as(x, layout):
     """A new tensor in x's memory order (x: already dense in that layout)."""
     if x.numel() == 0:
         return torch.empty_like(x)
-    return _empty(x.shape, x.dtype, layout)
+    return _empty(x.shape, x.dtype, layout, x.device)
 
 
-def _empty(shape, dtype, layout):
+def _empty(shape, dtype, layout, device):
     if layout == _lib.LAYOUT_CHANNELS_FIRST or len(shape) <= 2:
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype, device=device)
     perm = _cl_perm(len(shape))
     inv = [perm.index(i) for i in range(len(shape))]
-    return torch.empty([shape[p] for p in perm], dtype=dtype).permute(inv)
+    return torch.empty([shape[p] for p in perm], dtype=dtype, device=device).permute(inv)
 
 
 def _dense_as(t, layout):
@@ -89,6 +97,14 @@ def _dense_as(t, layout):
     return t.permute(perm).contiguous().permute(inv)
 
 
+def _device_of(t):
+    """(library device type, index) of a tensor's device."""
+    if t.device.type == "cuda":
+        index = t.device.index
+        return _lib.DEVICE_CUDA, torch.cuda.current_device() if index is None else index
+    return _lib.DEVICE_CPU, 0
+
+
 def _desc(t, layout):
     d = _lib.Tensor()
     d.data = t.data_ptr() or None
@@ -97,14 +113,30 @@ def _desc(t, layout):
         d.shape[i] = n
     d.dtype = _DTYPES.get(t.dtype, -1)
     d.layout = layout
-    d.device = _lib.Device(_lib.DEVICE_CPU, 0)
+    d.device = _lib.Device(*_device_of(t))
     return d
+
+
+class _CudaArray:
+    """Device memory described by the CUDA array interface, which
+    torch.as_tensor wraps without a copy."""
+
+    def __init__(self, address, count, dtype):
+        typestr = {torch.float32: "<f4", torch.float64: "<f8"}[dtype]
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr,
+                                         "data": (address, False), "version": 2,
+                                         "strides": None}
+
+
+def _device_tensor(address, count, dtype, index):
+    """A torch tensor aliasing `count` values at an address on GPU `index`."""
+    return torch.as_tensor(_CudaArray(address, count, dtype), device="cuda:%d" % index)
 
 
 class _Layer:
     """One libsyncbn layer, with torch views of its per-channel state."""
 
-    def __init__(self, num_features, eps, momentum, affine, track, group, device_type,
+    def __init__(self, num_features, eps, momentum, affine, track, group, device,
                  param_dtype=_lib.DTYPE_FLOAT32):
         opt = _lib.lib.sbn_bn_options_default(num_features)
         opt.param_dtype = param_dtype
@@ -112,11 +144,13 @@ class _Layer:
         opt.momentum = _lib.MOMENTUM_CUMULATIVE if momentum is None else momentum
         opt.affine = int(affine)
         opt.track_running_stats = int(track)
-        opt.device = _lib.Device(device_type, 0)
+        opt.device = _lib.Device(*device)
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.sbn_bn_create(ctypes.byref(handle), ctypes.byref(opt),
                                           group.handle if group else None))
-        self.handle, self.group = handle, group
+        self.handle, self.group, self.device = handle, group, device
+        self.cuda = device[0] == _lib.DEVICE_CUDA
+        self.nbt_seen = None  # CUDA: (tensor, version) of the num_batches_tracked last pushed
         self.last_call = None
         self.views = {}
         wanted = ([_lib.BN_TENSOR_WEIGHT, _lib.BN_TENSOR_BIAS, _lib.BN_TENSOR_GRAD_WEIGHT,
@@ -125,7 +159,19 @@ class _Layer:
         for tid in wanted:
             d = _lib.Tensor()
             _lib.check(_lib.lib.sbn_bn_tensor(ctypes.byref(d), handle, tid))
-            self.views[tid] = _host_tensor(d.data, num_features, _STATE_DTYPES[d.dtype])
+            dtype = _STATE_DTYPES[d.dtype]
+            self.views[tid] = (_device_tensor(d.data, num_features, dtype, device[1]) if self.cuda
+                               else _host_tensor(d.data, num_features, dtype))
+            if self.views[tid].data_ptr() != d.data:  # a copy would never see the layer's updates
+                raise SyncBNError(_lib.STATUS_INTERNAL, "syncbn.torch: the view of the layer's state "
+                                  "at 0x%x is a copy at 0x%x" % (d.data, self.views[tid].data_ptr()))
+
+    def set_stream(self):
+        """CUDA: the library's work goes on PyTorch's current stream of the
+        layer's GPU (so it is ordered with the copies in and out)."""
+        if self.cuda:
+            stream = torch.cuda.current_stream(self.device[1]).cuda_stream
+            self.check(_lib.lib.sbn_bn_set_stream(self.handle, ctypes.c_void_p(stream)))
 
     def check(self, status):
         if self.group is not None:
@@ -163,8 +209,21 @@ def _replay(ctx, layer, x, weight, bias):
         y = _empty_as(x, ctx.layout)
         tx, ty = _desc(x, ctx.layout), _desc(y, ctx.layout)
         layer.last_call = None
+        layer.set_stream()
         layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
         layer.last_call = ctx.call
+
+
+def _push_nbt(layer, nbt):
+    """The module's num_batches_tracked into the layer. A CUDA layer keeps it
+    on the GPU, and setting it waits for the GPU: skipped when the module's
+    tensor is the one this layer last wrote and nothing changed it since
+    (its version counter; load_state_dict and fill_ change it)."""
+    if layer.cuda and layer.nbt_seen is not None and layer.nbt_seen[0] is nbt and \
+            layer.nbt_seen[1] == nbt._version:
+        return
+    layer.check(_lib.lib.sbn_bn_set_num_batches_tracked(layer.handle, int(nbt)))
+    layer.nbt_seen = (nbt, nbt._version)
 
 
 class _Function(torch.autograd.Function):
@@ -178,10 +237,10 @@ class _Function(torch.autograd.Function):
             _load_state(layer, weight if module.affine else None, bias,
                         module.running_mean if track else None, module.running_var, module.training)
             if track:
-                layer.check(_lib.lib.sbn_bn_set_num_batches_tracked(
-                    layer.handle, int(module.num_batches_tracked)))
+                _push_nbt(layer, module.num_batches_tracked)
             tx, ty = _desc(x, layout), _desc(y, layout)
             layer.last_call = None
+            layer.set_stream()
             layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
             layer.last_call = call
             # What a replay of this forward needs (see _replay): the running
@@ -197,6 +256,7 @@ class _Function(torch.autograd.Function):
                 layer.check(_lib.lib.sbn_bn_get_num_batches_tracked(layer.handle,
                                                                    ctypes.byref(nbt)))
                 module.num_batches_tracked.fill_(nbt.value)
+                layer.nbt_seen = (module.num_batches_tracked, module.num_batches_tracked._version)
         ctx.save_for_backward(x, weight, bias)
         ctx.layer, ctx.call, ctx.layout, ctx.affine = layer, call, layout, module.affine
         ctx.param_dtype = weight.dtype if weight is not None else None
@@ -219,6 +279,7 @@ class _Function(torch.autograd.Function):
         dx = _empty_as(x, ctx.layout) if need_dx else None
         tx, tdy = _desc(x, ctx.layout), _desc(dy, ctx.layout)
         tdx = _desc(dx, ctx.layout) if need_dx else None
+        layer.set_stream()
         if ctx.affine:
             layer.check(_lib.lib.sbn_bn_zero_grad(layer.handle))
         layer.check(_lib.lib.sbn_bn_backward(layer.handle,
@@ -288,9 +349,9 @@ class SyncBatchNorm(_BatchNorm):
         dtype = state.dtype if state is not None else input.dtype
         return _lib.DTYPE_FLOAT64 if dtype == torch.float64 else _lib.DTYPE_FLOAT32
 
-    def _layer(self, group, device_type, param_dtype=_lib.DTYPE_FLOAT32):
+    def _layer(self, group, device, param_dtype=_lib.DTYPE_FLOAT32):
         key = (id(group), self.eps, self.momentum, self.affine, self.track_running_stats,
-               device_type, param_dtype)
+               device, param_dtype)
         layer = self._layers.get(key)
         if layer is None:
             # The library gives each layer made on a group an ordinal, checked in
@@ -299,21 +360,28 @@ class SyncBatchNorm(_BatchNorm):
             # and float64 gets a layer of the other dtype (its state is the
             # module's tensors, loaded on every call).
             layer = _Layer(self.num_features, self.eps, self.momentum, self.affine,
-                           self.track_running_stats, group, device_type, param_dtype)
+                           self.track_running_stats, group, device, param_dtype)
             self._layers[key] = layer
         return layer
 
+    def _check_devices(self, input):
+        """PyTorch's rule: parameters, buffers and input on one device."""
+        if input.device.type not in ("cpu", "cuda"):
+            raise SyncBNError(_lib.STATUS_INVALID_ARGUMENT,
+                              "syncbn.torch.SyncBatchNorm: tensors on %s are not supported "
+                              "(CPU and CUDA only)" % input.device)
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            t = getattr(self, name)
+            if t is not None and t.device != input.device:
+                raise RuntimeError("syncbn.torch.SyncBatchNorm: expected all tensors to be on "
+                                   "the same device, but the input is on %s and %s on %s"
+                                   % (input.device, name, t.device))
+
     def forward(self, input):
-        if input.device.type != "cpu":
-            if input.device.type == "cuda":
-                # A CUDA build will take device pointers and the current stream; this
-                # library answers SBN_STATUS_NOT_BUILT, which is raised here.
-                layer = self._layer(None, _lib.DEVICE_CUDA)
-                raise NotImplementedError("syncbn: CUDA tensors: the library accepted a CUDA "
-                                          "layer but this package does not pass streams yet")
-            raise SyncBNError(1, "syncbn.torch.SyncBatchNorm: tensors on %s are not supported "
-                                 "(CPU only)" % input.device)
-        _sync_threads()
+        self._check_devices(input)
+        device = _device_of(input)
+        if device[0] == _lib.DEVICE_CPU:
+            _sync_threads()
         group = self._sync_group()
         if (group is None and input.numel() == 0 and input.dim() >= 2 and
                 input.shape[1] == self.num_features and
@@ -327,7 +395,7 @@ class SyncBatchNorm(_BatchNorm):
                 return input.clone()
             view = (1, -1) + (1,) * (input.dim() - 2)
             return input * self.weight.view(view) + self.bias.view(view)
-        layer = self._layer(group, _lib.DEVICE_CPU, self._param_dtype(input))
+        layer = self._layer(group, device, self._param_dtype(input))
         self._calls += 1
         return _Function.apply(input, self.weight, self.bias, self, layer, self._calls)
 

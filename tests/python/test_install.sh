@@ -23,6 +23,19 @@ case "$where" in
   "$tmp/venv/"*) echo "  ok    the venv's syncbn loads its bundled library: $where" ;;
   *) fail "syncbn loaded $where, not the copy bundled in the venv" ;;
 esac
+# A build with CUDA support bundles libsyncbn_cuda.so.1 too, and the bundled
+# libsyncbn opens it (no GPU here: OK with 0 devices, not NOT_BUILT).
+if [ -f "$repo/$build/libsyncbn_cuda.so.1" ] || [ -f "$build/libsyncbn_cuda.so.1" ]; then
+  cuda=$("$tmp/venv/bin/python" -c 'import ctypes
+from syncbn import _lib
+n = ctypes.c_int(-1)
+print(_lib.lib.sbn_status_name(_lib.lib.sbn_cuda_device_count(ctypes.byref(n))).decode(), n.value)') \
+    || fail "sbn_cuda_device_count through the venv's package"
+  case "$cuda" in
+    "SBN_STATUS_OK "*) echo "  ok    the bundled libsyncbn_cuda.so.1 loads: sbn_cuda_device_count -> $cuda" ;;
+    *) fail "the venv's package does not reach its bundled libsyncbn_cuda.so.1: $cuda" ;;
+  esac
+fi
 
 out=$(SYNCBN_NUM_THREADS=1 timeout 120 "$tmp/venv/bin/python" "$repo/examples/python/ddp_cpu.py" --steps 10 2>&1) \
   || { echo "$out"; fail "examples/python/ddp_cpu.py (spawned processes)"; }

@@ -373,7 +373,7 @@ def errors():
     # Without CUDA support the library answers NOT_BUILT; with it but without a
     # GPU, a clear error naming the missing device; with a GPU the layer exists.
     try:
-        m._layer(None, 1)
+        m._layer(None, (1, 0))
         expect("CUDA layer: created (this machine has a GPU)", True, "")
     except syncbn.SyncBNError as e:
         expect("CUDA layer without CUDA support or without a GPU",
@@ -381,6 +381,17 @@ def errors():
                (e.status == "SBN_STATUS_INVALID_ARGUMENT" and "is not a device" in str(e)), str(e))
     raises("meta tensors", lambda: m(torch.empty(2, 4, device="meta")), "SBN_STATUS_INVALID_ARGUMENT",
            "not supported")
+    # PyTorch's rule: input, parameters and buffers on one device (here: a
+    # module whose buffers moved to the meta device, the only other device a
+    # CPU-only PyTorch has).
+    mm = sbn.SyncBatchNorm(4)
+    mm.running_mean = torch.zeros(4, device="meta")
+    try:
+        mm(torch.randn(3, 4))
+        expect("buffers on another device than the input: an error", False, "no exception")
+    except RuntimeError as e:
+        expect("buffers on another device than the input: an error naming both",
+               "same device" in str(e) and "meta" in str(e), str(e))
     # Without a group, the backward of an earlier forward recomputes that
     # forward's statistics (a synchronized layer refuses it instead:
     # test_distributed.py): the gradient is the one PyTorch gives.
