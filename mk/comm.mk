@@ -1,7 +1,7 @@
 # Process groups: exact summation shared by every backend, its unit test,
 # and the threads backend's stress tests (also under ASan and TSan).
 .DEFAULT_GOAL := all
-LIB_SRCS += src/comm/exact_sum.c src/comm/exact_pair.c src/comm/exact_lanes.c src/comm/sum_plan.c
+LIB_SRCS += src/comm/exact_sum.c src/comm/exact_pair.c src/comm/exact_lanes.c src/comm/exact_lanes_blocks.c src/comm/sum_plan.c
 TESTS += test_exact_sum test_exact_lanes test_threads_stress test_timeout_forever
 
 # The threads backend and the status code built with a sanitizer, straight

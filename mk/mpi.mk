@@ -17,7 +17,7 @@ MPIRUN ?= $(shell command -v mpirun 2>/dev/null)
 DEPS_TEST += libopenmpi-dev openmpi-bin
 # exact_sum.c is stateless: the MPI library carries its own copy (hidden)
 # rather than calling libsyncbn's through the host table.
-MPI_LIB_SRCS := src/comm/mpi.c src/comm/mpi_pair.c src/comm/mpi_reqs.c src/comm/exact_sum.c src/comm/exact_pair.c src/comm/exact_lanes.c src/comm/sum_plan.c
+MPI_LIB_SRCS := src/comm/mpi.c src/comm/mpi_pair.c src/comm/mpi_reqs.c src/comm/exact_sum.c src/comm/exact_pair.c src/comm/exact_lanes.c src/comm/exact_lanes_blocks.c src/comm/sum_plan.c
 
 MPI_TEST_NAMES := test_mpi_equivalence test_mpi_faults torch_peer_mpi
 MPI_TEST_BINS := $(MPI_TEST_NAMES:%=$(BUILD)/tests/mpi/%)

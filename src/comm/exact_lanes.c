@@ -1,5 +1,8 @@
 /* The exact sum in integer lanes for an agreed window (see exact_lanes.h
- * for the format and why its bits are the binned sum's). */
+ * for the format and why its bits are the binned sum's): the scalar
+ * reference, value by value with branches, which handles every case. The
+ * entry points without _ref (exact_lanes_blocks.c) give its outputs bit for
+ * bit, faster, and fall back to it for blocks with an unusual value. */
 #include "exact_lanes.h"
 
 #include <string.h>
@@ -49,26 +52,26 @@ static inline int enc1(int64_t *o, double x, int T) {
   return 1;
 }
 
-size_t sbn_xlanes_encode_f64(int64_t *out, const double *x, const uint8_t *top, size_t n) {
+size_t sbn_xlanes_encode_ref_f64(int64_t *out, const double *x, const uint8_t *top, size_t n) {
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) bad += !enc1(out + 2 * i, x[i], top[i]);
   return bad;
 }
 
-size_t sbn_xlanes_encode_f32(int64_t *out, const float *x, const uint8_t *top, size_t n) {
+size_t sbn_xlanes_encode_ref_f32(int64_t *out, const float *x, const uint8_t *top, size_t n) {
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) bad += !enc1(out + 2 * i, (double)x[i], top[i]);
   return bad;
 }
 
-size_t sbn_xlanes_misfits_f64(const double *x, const uint8_t *top, size_t n) {
+size_t sbn_xlanes_misfits_ref_f64(const double *x, const uint8_t *top, size_t n) {
   size_t bad = 0;
   int64_t o[2];
   for (size_t i = 0; i < n; i++) bad += !enc1(o, x[i], top[i]);
   return bad;
 }
 
-size_t sbn_xlanes_misfits_f32(const float *x, const uint8_t *top, size_t n) {
+size_t sbn_xlanes_misfits_ref_f32(const float *x, const uint8_t *top, size_t n) {
   size_t bad = 0;
   int64_t o[2];
   for (size_t i = 0; i < n; i++) bad += !enc1(o, (double)x[i], top[i]);
@@ -124,11 +127,11 @@ static inline double dec1(int64_t hi, int64_t lo, int T, int p) {
   return neg ? -r : r;
 }
 
-void sbn_xlanes_decode_f64(double *out, const int64_t *lanes, const uint8_t *top, size_t n) {
+void sbn_xlanes_decode_ref_f64(double *out, const int64_t *lanes, const uint8_t *top, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = dec1(lanes[2 * i], lanes[2 * i + 1], top[i], 53);
 }
 
-void sbn_xlanes_decode_f32(float *out, const int64_t *lanes, const uint8_t *top, size_t n) {
+void sbn_xlanes_decode_ref_f32(float *out, const int64_t *lanes, const uint8_t *top, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = (float)dec1(lanes[2 * i], lanes[2 * i + 1], top[i], 24);
 }
 

@@ -16,7 +16,11 @@
  * once the same way. Lane sums are exact integer sums (|sum| < P 2^57 <=
  * 2^63 for P <= SBN_XLANES_MAX_TERMS), so any order and any reduction tree
  * gives the same lanes. A term that does not fit (or inf/NaN) is reported,
- * and the caller falls back to the binned sum for the whole call. */
+ * and the caller falls back to the binned sum for the whole call.
+ *
+ * Encode and decode run in blocks, vectorized per instruction set
+ * (exact_lanes_blocks.c), with the scalar reference (exact_lanes.c) for
+ * blocks holding an unusual value: the outputs are the reference's. */
 #ifndef SBN_EXACT_LANES_H
 #define SBN_EXACT_LANES_H
 
@@ -39,6 +43,23 @@ size_t sbn_xlanes_misfits_f32(const float *x, const uint8_t *top, size_t n);
  * for the binned sum of the same terms). */
 void sbn_xlanes_decode_f64(double *out, const int64_t *lanes, const uint8_t *top, size_t n);
 void sbn_xlanes_decode_f32(float *out, const int64_t *lanes, const uint8_t *top, size_t n);
+/* The scalar reference of the six functions above (value by value, every
+ * case): they give exactly its outputs. For the tests and the benchmark. */
+size_t sbn_xlanes_encode_ref_f64(int64_t *out, const double *x, const uint8_t *top, size_t n);
+size_t sbn_xlanes_encode_ref_f32(int64_t *out, const float *x, const uint8_t *top, size_t n);
+size_t sbn_xlanes_misfits_ref_f64(const double *x, const uint8_t *top, size_t n);
+size_t sbn_xlanes_misfits_ref_f32(const float *x, const uint8_t *top, size_t n);
+void sbn_xlanes_decode_ref_f64(double *out, const int64_t *lanes, const uint8_t *top, size_t n);
+void sbn_xlanes_decode_ref_f32(float *out, const int64_t *lanes, const uint8_t *top, size_t n);
+/* The block kernels' instruction-set variants, numbered 0 .. count-1
+ * ("generic", "avx2", "avx512"). At first use the CPU's best, or
+ * SYNCBN_CPU_ISA's when this CPU supports it. set: 0, or -1 (the name is
+ * unknown or unsupported; nothing changes). For tests and benchmarks. */
+int sbn_xlanes_isa_count(void);
+const char *sbn_xlanes_isa_name(int isa);
+int sbn_xlanes_isa_supported(int isa);
+int sbn_xlanes_set_isa(const char *name);
+const char *sbn_xlanes_get_isa(void);
 /* The binned sum of lanes (hi, lo) in the window of top T. */
 sbn_xbin sbn_xlanes_to_xbin(int64_t hi, int64_t lo, int T);
 /* top[i] = the top bin of binned sum s[i] (the largest term's; 0 when it
