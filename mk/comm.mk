@@ -24,3 +24,10 @@ EXTRA_TEST_CMDS += 'cmd:ASAN_OPTIONS=detect_stack_use_after_return=1 $(BUILD)/te
                    'cmd:TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tests/tsan/test_threads_stress 60' \
                    'cmd:TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tests/tsan/test_status_race'
 endif
+
+# syncbn-bench-lanes: ns per value of the lane encode/decode, the scalar
+# reference against each instruction-set variant (not run by make check).
+$(BUILD)/bench/syncbn-bench-lanes: bench/bench_lanes.c $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
+all: $(BUILD)/bench/syncbn-bench-lanes
