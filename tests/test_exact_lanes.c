@@ -351,6 +351,8 @@ static void check_binned(void) {
 }
 
 int main(void) {
+  const char *env = getenv("SYNCBN_CPU_ISA");
+  printf("exact lanes: variant at first use %s (SYNCBN_CPU_ISA=%s)\n", sbn_xlanes_get_isa(), env ? env : "");
   int tested = 0;
   for (int i = 0; i < sbn_xlanes_isa_count(); i++) {
     const char *name = sbn_xlanes_isa_name(i);
