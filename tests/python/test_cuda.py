@@ -71,6 +71,8 @@ def run_module(m, x, dy, channels_last, stream=None):
     xg = to_layout(x.cuda(), channels_last).requires_grad_()
     if m.affine:
         m.weight.grad = m.bias.grad = None
+    if stream is not None:
+        stream.wait_stream(torch.cuda.current_stream())  # x and the module are ready
     with torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream()):
         y = m(xg)
         y.backward(to_layout(dy.cuda().to(x.dtype), channels_last))
