@@ -1,8 +1,12 @@
 """Shared by the Python tests: a float64 reference (F.batch_norm + autograd on
 the concatenated batch) and checks that print their evidence."""
+import os
 import sys
+import tempfile
+import time
 
 import torch
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 FAILURES = []
@@ -31,6 +35,28 @@ def finish(what):
         print("FAILED %d checks in %s: %s" % (len(FAILURES), what, ", ".join(FAILURES)))
         sys.exit(1)
     print("all %s checks passed" % what)
+
+
+def _run_rank(rank, worker, P, tmpdir, init_file):
+    torch.save(worker(rank, P, init_file), os.path.join(tmpdir, "rank%d.pt" % rank))
+
+
+def spawn_ranks(worker, P, timeout_s):
+    """worker(rank, P, init_file) in P spawned processes that meet at a
+    file:// rendezvous (init_file); returns the list of what each returned,
+    or None (after a FAIL line) when they do not finish within timeout_s."""
+    with tempfile.TemporaryDirectory() as tmpdir:
+        init_file = os.path.join(tmpdir, "rendezvous")
+        t0 = time.monotonic()
+        ctx = mp.spawn(_run_rank, args=(worker, P, tmpdir, init_file), nprocs=P, join=False)
+        while not ctx.join(timeout=1):
+            if time.monotonic() - t0 > timeout_s:
+                for p in ctx.processes:
+                    p.kill()
+                expect("workers finish within %d s" % timeout_s, False)
+                return None
+        print("  workers done in %.1f s" % (time.monotonic() - t0), flush=True)
+        return [torch.load(os.path.join(tmpdir, "rank%d.pt" % r)) for r in range(P)]
 
 
 def rel_err(a, b):

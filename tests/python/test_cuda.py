@@ -20,20 +20,16 @@ Prints a SKIP line and exits 0 when PyTorch has no CUDA device. With a GPU,
 a library without CUDA support is a failure (this is the GPU check).
 
 Usage: test_cuda.py"""
-import os
 import sys
-import tempfile
-import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import syncbn
 import syncbn.torch as sbn
 from syncbn import _lib
-from sbn_testlib import Reference, check, expect, finish, rel_err, to_layout
+from sbn_testlib import Reference, check, expect, finish, rel_err, spawn_ranks, to_layout
 
 C = 6
 # float32: y and dx rounded once at unit scale (~6e-8) after float64 sums;
@@ -169,7 +165,7 @@ def rank_slice(split, r):
     return slice(sum(split[:r]), sum(split[:r + 1]))
 
 
-def worker(rank, P, tmpdir, init_file):
+def worker(rank, P, init_file):
     torch.cuda.set_device(0)
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=P,
                             timeout=timedelta(seconds=60))
@@ -189,24 +185,16 @@ def worker(rank, P, tmpdir, init_file):
         res["rm"], res["rv"] = m.running_mean.cpu(), m.running_var.cpu()
         res["nbt"] = int(m.num_batches_tracked)
         out.append(res)
-    torch.save(out, os.path.join(tmpdir, "rank%d.pt" % rank))
     dist.destroy_process_group()
+    return out
 
 
 def processes(P):
     print("%d processes on one GPU (gloo, host-staged statistics), per-rank N = %s:" % (P, SPLITS[P]),
           flush=True)
-    with tempfile.TemporaryDirectory() as tmpdir:
-        init_file = os.path.join(tmpdir, "rendezvous")
-        t0 = time.monotonic()
-        ctx = mp.spawn(worker, args=(P, tmpdir, init_file), nprocs=P, join=False)
-        while not ctx.join(timeout=1):
-            if time.monotonic() - t0 > TIMEOUT_S:
-                for p in ctx.processes:
-                    p.kill()
-                expect("workers finish within %d s" % TIMEOUT_S, False)
-                return
-        res = [torch.load(os.path.join(tmpdir, "rank%d.pt" % r)) for r in range(P)]
+    res = spawn_ranks(worker, P, TIMEOUT_S)
+    if res is None:
+        return
     for idx, (name, spatial, cl, momentum, affine, track) in enumerate(CASES[:4]):
         w, b = params(idx)
         ref = Reference(C, momentum=momentum, affine=affine, weight=w, bias=b)

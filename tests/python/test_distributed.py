@@ -22,20 +22,18 @@ with torch.multiprocessing and a file:// rendezvous (no torchrun):
 Usage: test_distributed.py [P ...]   (default: 2 3)"""
 import os
 import sys
-import tempfile
 import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
 import syncbn
 import syncbn.torch as sbn
 from syncbn._group import torch_group
-from sbn_testlib import Reference, check, expect, finish, rel_err, to_layout
+from sbn_testlib import Reference, check, expect, finish, rel_err, spawn_ranks, to_layout
 
 STEPS = 5
 SPLITS = {2: [7, 5], 3: [5, 0, 7]}    # per-rank batch of the DDP runs
@@ -212,7 +210,7 @@ def misuse(rank, P):
     return res
 
 
-def worker(rank, P, tmpdir, init_file):
+def worker(rank, P, init_file):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=P,
                             timeout=timedelta(seconds=60))
@@ -223,9 +221,9 @@ def worker(rank, P, tmpdir, init_file):
     if P == 3:
         out["subgroup"] = subgroup_case(rank, P)
     out["misuse"] = misuse(rank, P)
-    torch.save(out, os.path.join(tmpdir, "rank%d.pt" % rank))
     dist.barrier()
     dist.destroy_process_group()
+    return out
 
 
 # ---------------------------------------------------------------- checks
@@ -261,18 +259,9 @@ def compare_training(P, runs, ref32, ref64):
 
 def run(P):
     print("=== %d processes (gloo, file:// rendezvous), per-rank DDP batches %s" % (P, SPLITS[P]), flush=True)
-    with tempfile.TemporaryDirectory() as tmpdir:
-        init_file = os.path.join(tmpdir, "rendezvous")
-        t0 = time.monotonic()
-        ctx = mp.spawn(worker, args=(P, tmpdir, init_file), nprocs=P, join=False)
-        while not ctx.join(timeout=1):
-            if time.monotonic() - t0 > TIMEOUT_S:
-                for p in ctx.processes:
-                    p.kill()
-                expect("workers finish within %d s" % TIMEOUT_S, False)
-                return
-        print("  workers done in %.1f s" % (time.monotonic() - t0), flush=True)
-        res = [torch.load(os.path.join(tmpdir, "rank%d.pt" % r)) for r in range(P)]
+    res = spawn_ranks(worker, P, TIMEOUT_S)
+    if res is None:
+        return
 
     print("DDP training, %d steps (channels_last: %s):" % (STEPS, P == 2))
     ref32 = train(make_model(), P, 0, P == 2, False)
