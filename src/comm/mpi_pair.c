@@ -86,17 +86,15 @@ int sbn_mpi_pair_start(sbn_mpi_pair *p, const sbn_mpi_pair_hdr *h, const void *v
   p->act[0] = p->recv.req; /* the receives first: a message finds its receive posted */
   p->nact = 1;
   p->split = a, p->esize = esize; /* the second part lands after room for a 8-byte values */
-  if (a) { /* the second message: the rest of the values, or empty (header alone) */
-    sbn_mpi_preq *s2 = &p->send2[vals ? 0 : 1];
+  sbn_mpi_preq *s2 = &p->send2[vals ? 0 : 1]; /* a split's second message: the rest, or empty */
+  if (a) {
     rc = ensure_req(p, s2, vals ? (int)(sbytes - s1) : 0, s1, 1, SBN_MPI_PAIR_TAG2, call);
     if (rc == MPI_SUCCESS) rc = ensure_req(p, &p->recv2, (int)(8 * (expect - a)), HDR + 8 * a, 0, SBN_MPI_PAIR_TAG2, call);
     if (rc != MPI_SUCCESS) return rc;
     p->act[p->nact++] = p->recv2.req;
-    p->act[p->nact++] = s->req;
-    p->act[p->nact++] = s2->req;
-  } else {
-    p->act[p->nact++] = s->req;
   }
+  p->act[p->nact++] = s->req;
+  if (a) p->act[p->nact++] = s2->req;
   *call = "MPI_Startall";
   return MPI_Startall(p->nact, p->act);
 }
