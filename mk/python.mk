@@ -31,3 +31,19 @@ python-install: deps-build
 	    --no-build-isolation --no-deps --no-index --force-reinstall $(BUILD)/python-pkg
 	@$(VENV)/bin/python -c 'import torch' 2>/dev/null || echo "python-install: warning: torch is not importable in $(VENV) (create it with --system-site-packages, or install torch there)" >&2
 	@echo "syncbn installed into $(VENV): . $(VENV)/bin/activate"
+
+# The same Python tests under the newest PyTorch from PyPI (a separate venv,
+# a few GB of download: not part of `make test`, which uses Debian's 1.13).
+#   make python-test-pypi-torch [TORCH_VENV=dir] [TORCH_SPEC=torch==2.15.0]
+TORCH_VENV ?= $(BUILD)/venv-pypi-torch
+TORCH_SPEC ?= torch
+.PHONY: python-test-pypi-torch
+python-test-pypi-torch: deps-build
+	@scripts/deps.sh $(DEPS_PYTHON)
+	@$(MAKE) --no-print-directory $(BUILD)/libsyncbn.so
+	@[ -x $(TORCH_VENV)/bin/python ] || $(PYTHON) -m venv $(TORCH_VENV)
+	@$(TORCH_VENV)/bin/python -c 'import torch' 2>/dev/null || $(TORCH_VENV)/bin/python -m pip install -q '$(TORCH_SPEC)' numpy
+	@$(TORCH_VENV)/bin/python -c 'import torch; print("PyTorch", torch.__version__, "from PyPI in $(TORCH_VENV)")'
+	$(PY_TEST_ENV) $(TORCH_VENV)/bin/python tests/python/test_module.py
+	$(PY_TEST_ENV) $(TORCH_VENV)/bin/python tests/python/test_distributed.py 2 3
+	$(PY_TEST_ENV) $(TORCH_VENV)/bin/python tests/python/test_cuda.py

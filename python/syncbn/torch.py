@@ -39,6 +39,11 @@ from . import _lib
 from ._group import torch_group, _host_tensor
 from ._lib import SyncBNError
 
+# torch.compile (PyTorch 2.x) runs the layer eagerly: its calls go to the
+# library through ctypes, which the tracer cannot follow. Marking forward as
+# not traced makes that one clean graph break instead of many warnings.
+_not_traced = getattr(getattr(torch, "compiler", None), "disable", None) or (lambda fn: fn)
+
 __all__ = ["SyncBatchNorm", "BatchNormXd", "convert_sync_batchnorm", "revert_sync_batchnorm",
            "SyncBNError"]
 
@@ -377,6 +382,7 @@ class SyncBatchNorm(_BatchNorm):
                                    "the same device, but the input is on %s and %s on %s"
                                    % (input.device, name, t.device))
 
+    @_not_traced
     def forward(self, input):
         self._check_devices(input)
         device = _device_of(input)

@@ -120,15 +120,21 @@ def state_dicts():
     ours2.load_state_dict(tsync.state_dict())
     expect("ours -> nn.SyncBatchNorm -> ours: every tensor equal",
            all(torch.equal(a, b) for a, b in zip(ours2.state_dict().values(), bn.state_dict().values())))
-    # The pre-version-2 format has no num_batches_tracked: it loads as 0.
+    # The pre-version-2 format has no num_batches_tracked: PyTorch 1.x loads
+    # it as 0, PyTorch 2.x keeps the module's count. Ours does what the
+    # installed PyTorch's BatchNorm2d does.
     old = bn.state_dict()
     del old["num_batches_tracked"]
     old._metadata = {"": {"version": 1}}
-    ours3 = sbn.SyncBatchNorm(6)
+    ours3, peer3 = sbn.SyncBatchNorm(6), nn.BatchNorm2d(6)
     ours3.num_batches_tracked.fill_(5)
+    peer3.num_batches_tracked.fill_(5)
     ours3.load_state_dict(old)
-    expect("version-1 checkpoint without num_batches_tracked loads with 0",
-           int(ours3.num_batches_tracked) == 0 and torch.equal(ours3.running_var, bn.running_var))
+    peer3.load_state_dict(old)
+    expect("version-1 checkpoint without num_batches_tracked loads as BatchNorm2d's (%d)" %
+           int(peer3.num_batches_tracked),
+           int(ours3.num_batches_tracked) == int(peer3.num_batches_tracked) and
+           torch.equal(ours3.running_var, bn.running_var))
     # A whole model saved with nn.BatchNorm2d loads into its converted twin.
     net = nn.Sequential(nn.Conv2d(3, 6, 3), nn.BatchNorm2d(6), nn.ReLU())
     conv = sbn.convert_sync_batchnorm(copy.deepcopy(net))
@@ -248,7 +254,10 @@ def float64_modules():
     # differences, for x, weight and bias, in training and eval; the
     # numerical Jacobian calls the module many times before the backward of
     # its first call, which the package recomputes (torch.py, _replay).
-    from torch.nn.utils.stateless import functional_call
+    try:
+        from torch.func import functional_call  # PyTorch 2.x
+    except ImportError:
+        from torch.nn.utils.stateless import functional_call  # 1.13
     for cl, training in ((False, True), (True, True), (False, False)):
         m = sbn.SyncBatchNorm(3).double()
         m.train(training)
@@ -407,6 +416,43 @@ def errors():
     check("backward of an earlier forward (recomputed): dx vs PyTorch", rel_err(x.grad, xp.grad), TOL)
 
 
+def compiled():
+    print("torch.compile (PyTorch 2.x): the layer runs eagerly inside a compiled model,")
+    print("  against the same model in float64 (PyTorch's float32 BatchNorm2d as the peer):")
+    if not hasattr(torch, "compile"):
+        print("  SKIP: torch %s has no torch.compile" % torch.__version__)
+        return
+    import warnings
+
+    def model(bn):
+        return nn.Sequential(nn.Conv2d(3, 8, 3), bn(8), nn.ReLU(), nn.Conv2d(8, 4, 3), bn(4, momentum=None))
+    torch.manual_seed(3)
+    ours, peer, ref = model(sbn.SyncBatchNorm), model(nn.BatchNorm2d), model(nn.BatchNorm2d).double()
+    peer.load_state_dict(ours.state_dict())
+    ref.load_state_dict(ours.state_dict())
+    # float32 convolutions (compiled or not) round sums of 27-72 products:
+    # ~1e-6 relative per step; 3 steps of gradients accumulate it.
+    tol = 2e-5
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = torch.compile(ours)
+        for step in range(3):
+            x = torch.randn(4, 3, 10, 10)
+            y, yp, yr = fast(x), peer(x), ref(x.double())
+            for out in (y, yp, yr):
+                out.square().sum().backward()
+            check("step %d: y (peer %.1e)" % (step, rel_err(yp, yr)), rel_err(y, yr), tol)
+        pairs = list(zip(ours.parameters(), peer.parameters(), ref.parameters()))
+        check("parameter gradients after 3 steps (peer %.1e)" % max(rel_err(b.grad, c.grad) for a, b, c in pairs),
+              max(rel_err(a.grad, c.grad) for a, b, c in pairs), tol)
+        fast.eval(), ref.eval()
+        check("eval output", rel_err(fast(x), ref(x.double())), tol)
+    check("running statistics", max(rel_err(a, b) for a, b in zip(ours.buffers(), ref.buffers())), tol)
+    traced = [str(w.message).splitlines()[0] for w in caught if "ctypes" in str(w.message)]
+    expect("the tracer does not try to follow the library's ctypes calls (%d warnings)" % len(traced),
+           not traced)
+
+
 if __name__ == "__main__":
     if not os.environ.get("SYNCBN_NUM_THREADS"):
         torch.set_num_threads(2)
@@ -416,4 +462,5 @@ if __name__ == "__main__":
     state_dicts()
     convert_revert()
     errors()
+    compiled()
     finish("syncbn.torch single-process")
