@@ -211,6 +211,10 @@ static void layer(void) {
   sbn_tensor xi = x;
   xi.dtype = SBN_DTYPE_INT64;
   BAD(sbn_bn_forward(bn, &y, &xi), SBN_STATUS_UNSUPPORTED);
+  TRUE(strstr(sbn_last_error(), "x has dtype int64") != NULL);
+  xi.dtype = (sbn_dtype)-1; /* not a dtype at all: its code in the message */
+  BAD(sbn_bn_forward(bn, &y, &xi), SBN_STATUS_UNSUPPORTED);
+  TRUE(strstr(sbn_last_error(), "x has dtype code -1, which is not an sbn_dtype") != NULL);
   sbn_tensor xb = sbn_tensor_cpu(xs, 2, sh_bad, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
   BAD(sbn_bn_forward(bn, &y, &xb), SBN_STATUS_INVALID_ARGUMENT);
   sbn_tensor xh = sbn_tensor_cpu(xs, 2, huge, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);

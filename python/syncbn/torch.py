@@ -33,6 +33,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from . import _lib
@@ -268,6 +269,7 @@ class _Function(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # the library's backward is not itself differentiable: a clear error
     def backward(ctx, dy):
         x, weight, bias = ctx.saved_tensors
         layer = ctx.layer
@@ -403,7 +405,13 @@ class SyncBatchNorm(_BatchNorm):
             return input * self.weight.view(view) + self.bias.view(view)
         layer = self._layer(group, device, self._param_dtype(input))
         self._calls += 1
-        return _Function.apply(input, self.weight, self.bias, self, layer, self._calls)
+        try:
+            return _Function.apply(input, self.weight, self.bias, self, layer, self._calls)
+        except SyncBNError as e:
+            if input.dtype in _DTYPES:
+                raise
+            # The library refused it on every rank; name the dtype as torch does.
+            raise type(e)(e.code, "%s (the input is %s)" % (e.detail, input.dtype)) from None
 
     @classmethod
     def convert_sync_batchnorm(cls, module, process_group=None):

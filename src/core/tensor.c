@@ -88,11 +88,15 @@ sbn_status sbn_check_input(sbn_geom *geom, const sbn_tensor *t, const char *call
                     (long long)num_features);
   if (t->layout != SBN_LAYOUT_CHANNELS_FIRST && t->layout != SBN_LAYOUT_CHANNELS_LAST)
     return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %s has unknown layout %d", call, name, (int)t->layout);
+  if (t->dtype == SBN_DTYPE_INT64)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED,
+                    "%s: %s has dtype int64; layer tensors are float32, bfloat16, float16 or float64", call,
+                    name);
   if (t->dtype != SBN_DTYPE_FLOAT32 && t->dtype != SBN_DTYPE_BFLOAT16 &&
       t->dtype != SBN_DTYPE_FLOAT16 && t->dtype != SBN_DTYPE_FLOAT64)
     return sbn_fail(SBN_STATUS_UNSUPPORTED,
-                    "%s: %s has dtype %s; layer tensors are float32, bfloat16, float16 or float64", call,
-                    name, sbn_dtype_name(t->dtype));
+                    "%s: %s has dtype code %d, which is not an sbn_dtype; layer tensors are float32, "
+                    "bfloat16, float16 or float64", call, name, (int)t->dtype);
   if (t->device.type != device.type || t->device.index != device.index)
     return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %s is on %s but the layer is on %s", call, name,
                     device_str(d1, sizeof d1, t->device), device_str(d2, sizeof d2, device));

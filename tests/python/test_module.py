@@ -414,6 +414,18 @@ def errors():
     xp = x.detach().clone().requires_grad_()
     peer(xp).backward(dy)
     check("backward of an earlier forward (recomputed): dx vs PyTorch", rel_err(x.grad, xp.grad), TOL)
+    # Unsupported input dtype: the library's error, naming torch's dtype.
+    m = sbn.SyncBatchNorm(3)
+    xi = torch.randint(0, 5, (4, 3, 2))
+    raises("int64 input: an error naming the dtype", lambda: m(xi), "SBN_STATUS_UNSUPPORTED", "torch.int64")
+    # Double backward (create_graph=True) is refused by name, not silently wrong.
+    xg = torch.randn(4, 3, 5, requires_grad=True)
+    g, = torch.autograd.grad(m(xg).square().sum(), xg, create_graph=True)
+    try:
+        g.sum().backward()
+        expect("double backward: a clear error", False, "no exception")
+    except RuntimeError as e:
+        expect("double backward: a clear error", "differentiate twice" in str(e), str(e).splitlines()[0])
 
 
 def compiled():
