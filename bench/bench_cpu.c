@@ -436,6 +436,12 @@ int main(int argc, char **argv) {
   printf("copy bandwidth: %.2f GB/s = best of memcpy %.2f and streaming-store copy %.2f GB/s\n"
          "  (%zu MiB in 4 MiB pieces on %d thread(s), bytes read + written, median piece of 3 sweeps)\n",
          bw0, bw_memcpy, bw_stream, arena_bytes / 2 >> 20, T);
+  const double rbw = fmax(read_bandwidth(arena, arena_bytes, T), read_bandwidth(arena, arena_bytes, T));
+  const double rr = rbw / bw0;
+  printf("read bandwidth: %.2f GB/s = %.2f of the copy bandwidth (a read-only sweep, same pieces): the\n"
+         "  statistics and backward-reduce passes only read, so efficiency is bounded by %.2f forward\n"
+         "  and %.2f backward (the 'bound' column)\n",
+         rbw, rr, bound_fwd(rr), bound_bwd(rr));
 
   const int use_torch = opt.torch && peer_start(T) == 0;
   if (opt.torch && !use_torch) printf("PyTorch peer unavailable: speedups not reported\n");
@@ -481,8 +487,8 @@ int main(int argc, char **argv) {
   fprintf(csv, "shape,n,c,hw,layout,dtype,pass,passes,ms,gbps,efficiency,tensor_mib,torch_ms,torch_efficiency,speedup,ceiling\n");
   printf("\nsummary (speedup = PyTorch fwd+bwd time / ours; efficiency = GB/s at 3 or 5 passes / copy bandwidth;\n"
          "ceiling = the speedup efficiency 1.0 would give, PyTorch's time / 8 passes at the copy bandwidth)\n");
-  printf("%-8s %-2s %8s %18s %18s %18s %14s\n", "dtype", "ly", "geomean", "slowest speedup", "min eff fwd/bwd",
-         "  >8 MiB fwd/bwd", "ceiling gm/min");
+  printf("%-8s %-2s %8s %18s %18s %18s %14s %12s\n", "dtype", "ly", "geomean", "slowest speedup", "min eff fwd/bwd",
+         "  >8 MiB fwd/bwd", "ceiling gm/min", "bound f/b");
   for (int d = 0; d < 2; d++)
     for (int l = 0; l < 2; l++) {
       double lsum = 0, smin = INFINITY, ef = INFINITY, eb = INFINITY, ef8 = INFINITY, eb8 = INFINITY;
@@ -517,8 +523,8 @@ int main(int argc, char **argv) {
       if (ef8 < INFINITY) snprintf(big, sizeof big, "%8.2f / %-7.2f", ef8, eb8);
       char ceil_s[32] = "-";
       if (nsp) snprintf(ceil_s, sizeof ceil_s, "%.2fx / %.2fx", exp(csum / nsp), cmin);
-      printf("%-8s %-2s %7.2fx %18s %8.2f / %-7.2f %s %s\n", dtype_str(dts[d]), l ? "cl" : "cf",
-             nsp ? exp(lsum / nsp) : 0, sl, ef, eb, big, ceil_s);
+      printf("%-8s %-2s %7.2fx %18s %8.2f / %-7.2f %s %14s %5.2f / %.2f\n", dtype_str(dts[d]), l ? "cl" : "cf",
+             nsp ? exp(lsum / nsp) : 0, sl, ef, eb, big, ceil_s, bound_fwd(rr), bound_bwd(rr));
     }
   fclose(csv);
 

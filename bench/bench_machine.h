@@ -4,6 +4,7 @@
 #ifndef SBN_BENCH_MACHINE_H
 #define SBN_BENCH_MACHINE_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,70 @@ __attribute__((target("avx2"))) static inline void copy_units_nt(const sbn_kargs
   _mm_sfence();
 }
 #endif
+
+/* A read-only sweep of the units (float sums, software prefetch 4 KiB ahead
+ * as the kernels do), for the read bandwidth. */
+static volatile float read_sink;
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static inline void read_units_avx2(const sbn_kargs *k, int64_t u0, int64_t u1) {
+  const size_t unit = (size_t)k->chunk;
+  const float *src = (const float *)((const char *)k->x + u0 * unit);
+  const size_t n = (size_t)(u1 - u0) * unit / 4;
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (size_t i = 0; i < n; i += 32) {
+    _mm_prefetch((const char *)(src + i + 1024), _MM_HINT_T0);
+    _mm_prefetch((const char *)(src + i + 1040), _MM_HINT_T0);
+    s0 = _mm256_add_ps(s0, _mm256_load_ps(src + i)), s1 = _mm256_add_ps(s1, _mm256_load_ps(src + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_load_ps(src + i + 16)), s3 = _mm256_add_ps(s3, _mm256_load_ps(src + i + 24));
+  }
+  float o[8];
+  _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  read_sink = o[0];
+}
+#endif
+static inline void read_units(const sbn_kargs *k, int64_t u0, int64_t u1) {
+  const size_t unit = (size_t)k->chunk;
+  const float *src = (const float *)((const char *)k->x + u0 * unit);
+  const size_t n = (size_t)(u1 - u0) * unit / 4;
+  float s[8] = {0};
+  for (size_t i = 0; i < n; i += 8)
+    for (int j = 0; j < 8; j++) s[j] += src[i + j];
+  read_sink = s[0];
+}
+
+/* Read bandwidth, bytes read: the arena's first half summed in 4 MiB pieces,
+ * each timed on its own (median of 3 sweeps), as copy_bandwidth. A pass that
+ * only reads (statistics, backward reduce) moves at most this; on machines
+ * whose cores keep too few reads in flight it is well below the copy
+ * bandwidth, which also fills the memory system with writes. */
+static inline double read_bandwidth(char *arena, size_t bytes, int threads) {
+  enum { PIECE = 4 << 20, UNIT = 1 << 18 };
+  const size_t pieces = bytes / 2 / PIECE;
+  static double t[3 * 4096];
+  sbn_kfn fn = read_units;
+#if defined(__x86_64__)
+  if (sbn_cpu_has_avx2()) fn = read_units_avx2;
+#endif
+  int n = 0;
+  for (int sweep = 0; sweep < 3; sweep++)
+    for (size_t p = 0; p < pieces && n < 3 * 4096; p++) {
+      sbn_kargs k;
+      memset(&k, 0, sizeof k);
+      k.x = arena + p * PIECE, k.chunk = UNIT;
+      double t0 = now();
+      sbn_cpu_parallel_for(threads, PIECE / UNIT, 1, fn, &k, NULL, 0);
+      t[n++] = now() - t0;
+    }
+  return (double)PIECE / median(t, n) / 1e9;
+}
+
+/* The best efficiency (fraction of the copy bandwidth at 3 or 5 tensor
+ * passes) a layer can reach when its read-only passes move at the read
+ * bandwidth and the others at the copy bandwidth: forward = statistics (reads
+ * x) + normalize (x -> y); backward = reduce (reads x, dy) + elementwise
+ * (x, dy -> dx). r = read / copy bandwidth. */
+static inline double bound_fwd(double r) { return 3.0 / (1.0 / fmin(r, 1.0) + 2.0); }
+static inline double bound_bwd(double r) { return 5.0 / (2.0 / fmin(r, 1.0) + 3.0); }
 
 /* Best of memcpy and the streaming copy, bytes read + written: each copies
  * the arena's first half to its second in 4 MiB pieces, each piece timed on

@@ -52,6 +52,9 @@ int main(int argc, char **argv) {
   getloadavg(load, 3);
   printf("copy bandwidth %.2f GB/s, %d thread(s), %s kernels, arena %zu MiB, load %.2f\n", bw, threads,
          sbn_cpu_isa_name(sbn_cpu_get_isa()), arena_bytes >> 20, load[0]);
+  const double rbw = read_bandwidth(arena, arena_bytes, threads);
+  printf("read bandwidth %.2f GB/s = %.2f of the copy bandwidth: the read-only passes (stats, bred) reach at most that\n",
+         rbw, rbw / bw);
   printf("efficiency per pass = tensors moved x bytes / time / copy bandwidth\n");
   printf("%-16s %-2s %-5s | %8s %5s | %8s %5s | %8s %5s | %8s %5s\n", "shape", "ly", "dtype", "stats ms", "eff",
          "norm ms", "eff", "bred ms", "eff", "belt ms", "eff");

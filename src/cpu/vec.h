@@ -282,6 +282,8 @@ static inline void st1f_f16(uint16_t *p, float v) { *p = sbn_f32_to_f16(v); }
  * ahead; 1 KiB ahead gave 10.4. */
 enum { SBN_PF_BYTES = 4096 };
 static inline void pf_read(const void *p) { __builtin_prefetch(p, 0, 3); }
+/* Into L2 only (prefetcht1): for lines wanted a whole work unit later. */
+static inline void pf_read_l2(const void *p) { __builtin_prefetch(p, 0, 1); }
 
 /* Fixed pairwise sum of 16 lanes. */
 static inline double sum16(double *l) {
