@@ -95,10 +95,11 @@ static void run_op(int m, MPI_Comm comm, sbn_group *g, bufs *b, size_t n, int64_
       break;
     }
     case M_LIB:
-    case M_LIBOFF: { /* exactly what bn.c's sync_sums does */
+    case M_LIBOFF: { /* exactly what bn.c's sync_sums does (its description formatted once) */
+      char what[80];
+      snprintf(what, sizeof what, "forward of layer #0 (C=%lld, float32)", (long long)C);
       sbn_sig sig;
-      sbn_sig_init(&sig, SBN_SIG_KIND_BN_FORWARD, 0, C, SBN_DTYPE_FLOAT32, "forward of layer #0 (C=%lld, float32)",
-                   (long long)C);
+      sbn_sig_init_text(&sig, SBN_SIG_KIND_BN_FORWARD, 0, C, SBN_DTYPE_FLOAT32, what);
       const int was = m == M_LIBOFF ? sbn_mpi_set_pair(g, 0) : 0; /* every rank, same point: allowed */
       sbn_comm_allreduce(g, b->buf, n, SBN_DTYPE_FLOAT64, &sig);
       if (m == M_LIBOFF) sbn_mpi_set_pair(g, was);

@@ -12,7 +12,7 @@ TESTS += test_exact_sum test_exact_lanes test_threads_stress test_timeout_foreve
 #   TSan: the stress test, and test_status_race (sbn_fail on 8 threads at once).
 ifneq ($(SBN_SANITIZE),1)
 COMM_SAN_SRCS := src/core/status.c src/core/tensor.c src/comm/group.c src/comm/threads.c src/comm/exact_sum.c \
-                 src/comm/exact_pair.c
+                 src/comm/exact_pair.c src/comm/exact_lanes.c src/comm/exact_lanes_blocks.c
 $(BUILD)/tests/asan/test_threads_stress: tests/test_threads_stress.c $(COMM_SAN_SRCS)
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -Iinclude -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -pthread -o $@ $^ -lm

@@ -35,6 +35,10 @@ typedef struct sbn_sig {
 /* Fill a signature; `what` is printf-formatted. */
 void sbn_sig_init(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn_dtype dtype,
                   const char *fmt, ...) SBN_PRINTF(6, 7);
+/* The same with `what` already written: no formatting (a layer formats its
+ * description once and reuses it on every call). */
+void sbn_sig_init_text(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn_dtype dtype,
+                       const char *what);
 /* Mark a signature as carrying this rank's local failure (message: the
  * calling thread's last error). */
 void sbn_sig_set_error(sbn_sig *sig, sbn_status status);

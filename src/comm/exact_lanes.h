@@ -60,6 +60,8 @@ const char *sbn_xlanes_isa_name(int isa);
 int sbn_xlanes_isa_supported(int isa);
 int sbn_xlanes_set_isa(const char *name);
 const char *sbn_xlanes_get_isa(void);
+/* The number of the variant in use (exact_pair.c's bulk sums follow it). */
+int sbn_xlanes_isa(void);
 /* The binned sum of lanes (hi, lo) in the window of top T. */
 sbn_xbin sbn_xlanes_to_xbin(int64_t hi, int64_t lo, int T);
 /* top[i] = the top bin of binned sum s[i] (the largest term's; 0 when it

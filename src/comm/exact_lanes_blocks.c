@@ -276,6 +276,7 @@ static int get_isa(void) {
 }
 
 const char *sbn_xlanes_get_isa(void) { return isas[get_isa()].name; }
+int sbn_xlanes_isa(void) { return get_isa(); }
 
 int sbn_xlanes_set_isa(const char *name) {
   const int s = find(name);

@@ -64,6 +64,18 @@ void sbn_sig_init(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn
   va_end(ap);
 }
 
+void sbn_sig_init_text(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn_dtype dtype,
+                       const char *what) {
+  memset(sig, 0, sizeof *sig);
+  sig->kind = kind;
+  sig->layer = layer;
+  sig->count = count;
+  sig->dtype = dtype;
+  sig->status = SBN_STATUS_OK;
+  const size_t n = strnlen(what, sizeof sig->what - 1);
+  memcpy(sig->what, what, n); /* NUL-terminated by the memset */
+}
+
 void sbn_sig_set_error(sbn_sig *sig, sbn_status status) {
   sig->status = status;
   snprintf(sig->what, sizeof sig->what, "%s", sbn_last_error());

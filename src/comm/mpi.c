@@ -423,9 +423,15 @@ static sbn_status wait_req(sbn_group *g, MPI_Request *req, const char *what, dou
 static uint64_t sig_hash(const sbn_sig *s) {
   uint64_t v[5] = {(uint64_t)(uint32_t)s->kind, (uint64_t)(uint32_t)s->layer, (uint64_t)s->count,
                    (uint64_t)(uint32_t)s->dtype, s->extra};
-  uint64_t h = 1469598103934665603ull; /* FNV-1a over the fields' bytes */
-  const unsigned char *p = (const unsigned char *)v;
-  for (size_t i = 0; i < sizeof v; i++) h = (h ^ p[i]) * 1099511628211ull;
+  /* Word by word (a byte-wise FNV-1a over the 40 bytes took ~40 ns of a
+   * ~1 us exchange): multiply-xorshift mixing of each field, then a final
+   * avalanche (the finalizer of MurmurHash3/splitmix64). */
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < 5; i++) {
+    h = (h ^ v[i]) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+  }
+  h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull, h ^= h >> 33;
   return h;
 }
 
