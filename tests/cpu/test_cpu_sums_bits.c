@@ -10,6 +10,7 @@
  * and single tails, several images, chunks, small maps; rows layout blocks
  * of 16, then 4, then 1 channels, 8-row steps and single rows, channel
  * blocks above 512. Tolerance: 0 differing sums. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,9 +63,42 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
   }
   for (int64_t j = C; j < NSUM * C; j++) evidence += base[j] != 0;
   sbn_cpu_set_isa(isa);
+  /* The sums themselves against a plain float64 loop over the same values
+   * (its own rounding: at most n * 2^-53 of the sum of |terms|, ~4e-10 at
+   * 3.7 M values; 1e-9 of it catches any lost or doubled part: half of
+   * the rows of some units left out gave 0.5 in a trial). */
+  double worst = 0;
+  {
+    double *xv = malloc(8 * (size_t)n), *gv = malloc(8 * (size_t)n);
+    if (dt == SBN_DTYPE_FLOAT64) {
+      memcpy(xv, x, 8 * (size_t)n), memcpy(gv, dy, 8 * (size_t)n);
+    } else {
+      from_storage(tmp, x, n, dt);
+      for (int64_t i = 0; i < n; i++) xv[i] = tmp[i];
+      from_storage(tmp, dy, n, dt);
+      for (int64_t i = 0; i < n; i++) gv[i] = tmp[i];
+    }
+    for (int64_t c = 0; c < C; c++) {
+      double ref[4] = {0, 0, 0, 0}, mag[4] = {0, 0, 0, 0};
+      const double sh = base[c];
+      for (int64_t i = 0; i < N * S; i++) { /* i: image and position */
+        const int64_t at = lay ? i * C + c : (i / S * C + c) * S + i % S;
+        const double d = xv[at] - sh, dyv = gv[at], e = dyv * (xv[at] - mean[c]);
+        ref[0] += d, ref[1] += d * d, ref[2] += dyv, ref[3] += e;
+        mag[0] += fabs(d), mag[1] += d * d, mag[2] += fabs(dyv), mag[3] += fabs(e);
+      }
+      for (int j = 0; j < 4; j++) {
+        const double err = fabs(base[(j + 1) * C + c] - ref[j]) / (mag[j] > 0 ? mag[j] : 1);
+        worst = err > worst ? err : worst;
+      }
+    }
+    free(xv), free(gv);
+  }
   printf("%s %s %lldx%lldx%lld: %lld sums x %d runs (instruction sets x 1, 2, 4 threads)\n", dt_name(dt),
          lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, (long long)(NSUM * C), runs);
   int bad = check("  sums differing from generic, 1 thread", diff, 0);
+  printf("  largest error against a float64 loop, relative to the sum of |terms|: %.2e (tol 1e-9)\n", worst);
+  bad |= !(worst <= 1e-9);
   bad |= check("  evidence: sums not zero (0: yes)", evidence > 0 ? 0 : 1, 0);
   sbn_cpu_ws_free(&ws);
   free(tmp), free(x), free(dy), free(mean), free(base), free(got);
@@ -78,11 +112,14 @@ int main(void) {
    * S = 20007: chunks of 16384 and 3623 (226 x 16 + 4 + 3), several
    * threads. Rows layout (the same shapes channels-last, and 2-D):
    * C = 39 = 2 x 16 + 4 + 3, 165 rows (20 steps of 8 + 5); C = 1100 =
-   * 512 + 512 + 76; 2-D C = 6 = 4 + 2. */
-  static const int64_t shapes[][3] = {{3, 39, 55}, {8, 96, 49}, {2, 8, 20007}, {4, 1100, 12}, {9001, 6, 1}};
+   * 512 + 512 + 76; 2-D C = 6 = 4 + 2. Tall inputs, many row blocks and
+   * chunks: 3 x 1100 x 1111 (3333 rows of 3 channel blocks, the last row
+   * block 5 rows) and 2-D 300000 x 16 (293 row blocks, the last 992 rows). */
+  static const int64_t shapes[][3] = {{3, 39, 55},       {8, 96, 49},    {2, 8, 20007}, {4, 1100, 12},
+                                      {9001, 6, 1},      {3, 1100, 1111}, {300000, 16, 1}};
   const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT64};
   for (int d = 0; d < 4; d++)
-    for (int s = 0; s < 5; s++)
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
       for (int lay = 0; lay < 2; lay++) bad |= one(dts[d], (sbn_layout)lay, shapes[s][0], shapes[s][1], shapes[s][2], &r);
   printf(bad ? "\nSUM BIT CHECKS FAILED\n" : "\nall sum bit checks passed\n");
   return bad;
