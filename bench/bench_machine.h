@@ -103,30 +103,38 @@ static inline void read_units(const sbn_kargs *k, int64_t u0, int64_t u1) {
   read_sink = s[0];
 }
 
-/* Read bandwidth, bytes read: the arena's first half summed in 4 MiB pieces,
- * each timed on its own (median of 3 sweeps), as copy_bandwidth. A pass that
- * only reads (statistics, backward reduce) moves at most this; on machines
- * whose cores keep too few reads in flight it is well below the copy
- * bandwidth, which also fills the memory system with writes. */
-static inline double read_bandwidth(char *arena, size_t bytes, int threads) {
-  enum { PIECE = 4 << 20, UNIT = 1 << 18 };
-  const size_t pieces = bytes / 2 / PIECE;
+/* Median seconds to run `fn` over one 4 MiB piece of the arena's first
+ * half (into the same place in its second half, for a copy), each piece
+ * timed on its own over 3 sweeps: like one of our calls, and on a loaded
+ * machine a whole-arena pass would also time the waits for a core. */
+enum { BW_PIECE = 4 << 20, BW_UNIT = 1 << 18 };
+static inline double piece_seconds(char *arena, size_t bytes, int threads, sbn_kfn fn) {
+  const size_t half = bytes / 2 / BW_PIECE * BW_PIECE, pieces = half / BW_PIECE;
   static double t[3 * 4096];
-  sbn_kfn fn = read_units;
-#if defined(__x86_64__)
-  if (sbn_cpu_has_avx2()) fn = read_units_avx2;
-#endif
   int n = 0;
   for (int sweep = 0; sweep < 3; sweep++)
     for (size_t p = 0; p < pieces && n < 3 * 4096; p++) {
       sbn_kargs k;
       memset(&k, 0, sizeof k);
-      k.x = arena + p * PIECE, k.chunk = UNIT;
+      k.x = arena + p * BW_PIECE, k.out = arena + half + p * BW_PIECE, k.chunk = BW_UNIT;
       double t0 = now();
-      sbn_cpu_parallel_for(threads, PIECE / UNIT, 1, fn, &k, NULL, 0);
+      sbn_cpu_parallel_for(threads, BW_PIECE / BW_UNIT, 1, fn, &k, NULL, 0);
       t[n++] = now() - t0;
     }
-  return (double)PIECE / median(t, n) / 1e9;
+  return median(t, n);
+}
+
+/* Read bandwidth, bytes read: the arena's first half summed, piece by
+ * piece (piece_seconds). A pass that
+ * only reads (statistics, backward reduce) moves at most this; on machines
+ * whose cores keep too few reads in flight it is well below the copy
+ * bandwidth, which also fills the memory system with writes. */
+static inline double read_bandwidth(char *arena, size_t bytes, int threads) {
+  sbn_kfn fn = read_units;
+#if defined(__x86_64__)
+  if (sbn_cpu_has_avx2()) fn = read_units_avx2;
+#endif
+  return (double)BW_PIECE / piece_seconds(arena, bytes, threads, fn) / 1e9;
 }
 
 /* The best efficiency (fraction of the copy bandwidth at 3 or 5 tensor
@@ -138,36 +146,13 @@ static inline double bound_fwd(double r) { return 3.0 / (1.0 / fmin(r, 1.0) + 2.
 static inline double bound_bwd(double r) { return 5.0 / (2.0 / fmin(r, 1.0) + 3.0); }
 
 /* Best of memcpy and the streaming copy, bytes read + written: each copies
- * the arena's first half to its second in 4 MiB pieces, each piece timed on
- * its own (median over the pieces of 3 sweeps), like one of our calls: on a
- * loaded machine a whole-arena copy would also time the waits for a core. */
+ * the arena's first half to its second, piece by piece (piece_seconds). */
 static inline double copy_bandwidth(char *arena, size_t bytes, int threads, double *bw_memcpy, double *bw_stream) {
-  enum { PIECE = 4 << 20, UNIT = 1 << 18 };
-  const size_t half = bytes / 2 / PIECE * PIECE, pieces = half / PIECE;
-  static double t[3 * 4096];
   *bw_stream = 0;
-  for (int kind = 0; kind < 2; kind++) {
-    sbn_kfn fn = copy_units;
+  *bw_memcpy = 2.0 * BW_PIECE / piece_seconds(arena, bytes, threads, copy_units) / 1e9;
 #if defined(__x86_64__)
-    if (kind == 1) {
-      if (!sbn_cpu_has_avx2()) break;
-      fn = copy_units_nt;
-    }
-#else
-    if (kind == 1) break;
+  if (sbn_cpu_has_avx2()) *bw_stream = 2.0 * BW_PIECE / piece_seconds(arena, bytes, threads, copy_units_nt) / 1e9;
 #endif
-    int n = 0;
-    for (int sweep = 0; sweep < 3; sweep++)
-      for (size_t p = 0; p < pieces && n < 3 * 4096; p++) {
-        sbn_kargs k;
-        memset(&k, 0, sizeof k);
-        k.x = arena + p * PIECE, k.out = arena + half + p * PIECE, k.chunk = UNIT;
-        double t0 = now();
-        sbn_cpu_parallel_for(threads, PIECE / UNIT, 1, fn, &k, NULL, 0);
-        t[n++] = now() - t0;
-      }
-    (kind ? bw_stream : bw_memcpy)[0] = 2.0 * PIECE / median(t, n) / 1e9;
-  }
   return *bw_stream > *bw_memcpy ? *bw_stream : *bw_memcpy;
 }
 

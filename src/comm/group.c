@@ -50,20 +50,6 @@ sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int si
   return g;
 }
 
-void sbn_sig_init(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn_dtype dtype,
-                  const char *fmt, ...) {
-  memset(sig, 0, sizeof *sig);
-  sig->kind = kind;
-  sig->layer = layer;
-  sig->count = count;
-  sig->dtype = dtype;
-  sig->status = SBN_STATUS_OK;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(sig->what, sizeof sig->what, fmt, ap);
-  va_end(ap);
-}
-
 void sbn_sig_init_text(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn_dtype dtype,
                        const char *what) {
   memset(sig, 0, sizeof *sig);
@@ -74,6 +60,15 @@ void sbn_sig_init_text(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count
   sig->status = SBN_STATUS_OK;
   const size_t n = strnlen(what, sizeof sig->what - 1);
   memcpy(sig->what, what, n); /* NUL-terminated by the memset */
+}
+
+void sbn_sig_init(sbn_sig *sig, sbn_sig_kind kind, int layer, int64_t count, sbn_dtype dtype,
+                  const char *fmt, ...) {
+  sbn_sig_init_text(sig, kind, layer, count, dtype, "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(sig->what, sizeof sig->what, fmt, ap);
+  va_end(ap);
 }
 
 void sbn_sig_set_error(sbn_sig *sig, sbn_status status) {
