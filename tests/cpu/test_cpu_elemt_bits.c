@@ -236,11 +236,13 @@ int main(void) {
   int bad = 0;
   /* C = 45 = 2 x 16 + 8 + 5 (every width of the rows layout); S = 29 =
    * 16 + 8 + 5 per channels-first row; 3x45x29 = 3915 values: one thread.
-   * 8x160x41 = 52480 values: several units and threads, rows of 160. */
-  static const int64_t shapes[][3] = {{3, 45, 29}, {8, 160, 41}, {5, 7, 1000}};
+   * 8x160x41 = 52480 values: several units and threads, rows of 160.
+   * 4x2100x5: rows layout channel blocks of 512-1024 (by the L1 size) and
+   * a short last one. */
+  static const int64_t shapes[][3] = {{3, 45, 29}, {8, 160, 41}, {5, 7, 1000}, {4, 2100, 5}};
   const sbn_dtype dts[] = {SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT32};
   for (int d = 0; d < 3; d++)
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < 4; s++)
       for (int lay = 0; lay < 2; lay++)
         bad |= one(dts[d], (sbn_layout)lay, shapes[s][0], shapes[s][1], shapes[s][2], 0, &r);
   /* Streamed stores: outputs of at least SYNCBN_STREAM_MIB (4 MiB by default);
