@@ -40,10 +40,13 @@ from . import _lib
 from ._group import torch_group, _host_tensor
 from ._lib import SyncBNError
 
-# torch.compile (PyTorch 2.x) runs the layer eagerly: its calls go to the
-# library through ctypes, which the tracer cannot follow. Marking forward as
-# not traced makes that one clean graph break instead of many warnings.
-_not_traced = getattr(getattr(torch, "compiler", None), "disable", None) or (lambda fn: fn)
+# torch.compile and torch.export (PyTorch 2.x) cannot follow the library's
+# ctypes calls. A training forward is marked not to be traced: one clean
+# graph break instead of many warnings. An eval forward under a tracer is
+# plain BatchNorm (SyncBatchNorm._plain_eval), which they record.
+_compiler = getattr(torch, "compiler", None)
+_not_traced = getattr(_compiler, "disable", None) or (lambda fn: fn)
+_is_compiling = getattr(_compiler, "is_compiling", None) or (lambda: False)
 
 __all__ = ["SyncBatchNorm", "BatchNormXd", "convert_sync_batchnorm", "revert_sync_batchnorm",
            "SyncBNError"]
@@ -384,8 +387,31 @@ class SyncBatchNorm(_BatchNorm):
                                    "the same device, but the input is on %s and %s on %s"
                                    % (input.device, name, t.device))
 
-    @_not_traced
+    def _plain_eval(self, input):
+        """Evaluation under a tracer (torch.jit.trace, torch.onnx.export,
+        torch.compile, torch.export), which cannot record the library's ctypes
+        calls: plain BatchNorm with the running statistics, or each rank's own
+        batch without them, as F.batch_norm computes it (the library's values
+        to float32 rounding). A training forward is synchronized: under
+        torch.jit.trace it raises; torch.compile runs it eagerly."""
+        stats = self.track_running_stats
+        return torch.nn.functional.batch_norm(
+            input, self.running_mean if stats else None, self.running_var if stats else None,
+            self.weight, self.bias, not stats, 0.0, self.eps)
+
     def forward(self, input):
+        if torch.jit.is_tracing() or _is_compiling():
+            if not self.training:
+                return self._plain_eval(input)
+            if torch.jit.is_tracing():
+                raise RuntimeError("syncbn.torch.SyncBatchNorm: a training forward cannot be traced "
+                                   "(torch.jit.trace, torch.onnx.export): its work runs in libsyncbn. "
+                                   "Trace the model in eval mode, or call "
+                                   "syncbn.torch.revert_sync_batchnorm(model) first")
+        return self._library_forward(input)
+
+    @_not_traced
+    def _library_forward(self, input):
         self._check_devices(input)
         device = _device_of(input)
         if device[0] == _lib.DEVICE_CPU:

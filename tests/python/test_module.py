@@ -463,6 +463,36 @@ def compiled():
     traced = [str(w.message).splitlines()[0] for w in caught if "ctypes" in str(w.message)]
     expect("the tracer does not try to follow the library's ctypes calls (%d warnings)" % len(traced),
            not traced)
+    if hasattr(torch, "export"):  # eval exports as plain BatchNorm
+        ours.eval()
+        x2 = torch.randn(3, 3, 10, 10) * 2 + 1
+        with torch.no_grad():
+            exported = torch.export.export(ours, (x2,)).module()
+            check("torch.export of the eval model vs the module", rel_err(exported(x2), ours(x2)), 1e-5)
+
+
+def traced():
+    print("torch.jit.trace: eval traces as plain BatchNorm, training refuses by name:")
+    torch.manual_seed(4)
+    net = nn.Sequential(nn.Conv2d(3, 6, 3), sbn.SyncBatchNorm(6), nn.ReLU(), nn.Flatten(),
+                        nn.Linear(6 * 4 * 4, 5), sbn.SyncBatchNorm(5, track_running_stats=False))
+    for _ in range(3):  # running statistics that are not the initial ones
+        net(torch.randn(4, 3, 6, 6) * 2 + 1)
+    net.eval()
+    x = torch.randn(3, 3, 6, 6)
+    with torch.no_grad():
+        t = torch.jit.trace(net, x, check_trace=False)
+        x2 = torch.randn(5, 3, 6, 6) * 3 - 1  # another batch: the trace must not have frozen values
+        check("traced eval model vs the module, another input", rel_err(t(x2), net(x2)), 1e-5)
+    expect("the trace holds batch_norm ops, no Python calls",
+           "batch_norm" in str(t.inlined_graph) and "PythonOp" not in str(t.inlined_graph))
+    net.train()
+    try:
+        torch.jit.trace(net, x, check_trace=False)
+        expect("training forward under torch.jit.trace: a clear error", False, "no exception")
+    except RuntimeError as e:
+        expect("training forward under torch.jit.trace: a clear error", "cannot be traced" in str(e),
+               str(e).splitlines()[0][:100])
 
 
 if __name__ == "__main__":
@@ -475,4 +505,5 @@ if __name__ == "__main__":
     convert_revert()
     errors()
     compiled()
+    traced()
     finish("syncbn.torch single-process")
