@@ -1,7 +1,8 @@
 """A libsyncbn process group whose collectives are torch.distributed's.
 
 One custom group (syncbn_custom.h) per torch.distributed process group, made
-on first use and kept for the life of the process. Its callbacks run on the
+on first use and kept while the process group lives (held weakly, so that
+dist.destroy_process_group frees it). Its callbacks run on the
 thread that called the library (the autograd thread in backward), with the
 GIL taken by ctypes, and call torch.distributed.all_reduce / broadcast /
 barrier on that process group over tensors that alias the library's host
@@ -18,6 +19,7 @@ the current GPU: a copy there, NCCL's collective, a copy back.
 """
 import ctypes
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -35,11 +37,28 @@ def _host_tensor(address, count, dtype):
     return torch.frombuffer(buf, dtype=dtype, count=count)
 
 
+def _callback(ref, name):
+    """A ctypes callback that calls method `name` of the TorchGroup behind
+    weak reference `ref`. Bound methods would make the group a reference
+    cycle, freed only by the cyclic garbage collector, on whatever thread
+    happens to run it; without the cycle it goes by reference counting, when
+    the last layer using it does."""
+    def call(*args):
+        group = ref()
+        return 1 if group is None else getattr(group, name)(*args)
+    return call
+
+
 class TorchGroup:
     """libsyncbn's view of one torch.distributed process group."""
 
     def __init__(self, pg):
-        self.pg = pg
+        # Held weakly: dist.destroy_process_group must be able to free the
+        # process group (which joins its threads). Kept alive by us, a gloo
+        # group outlived the interpreter's shutdown, and its worker thread,
+        # dropping our last collective's tensor, needed the GIL after Python
+        # had finalized: std::terminate, a SIGABRT at exit.
+        self._pg = weakref.ref(pg)
         self.rank = dist.get_rank(pg)
         self.size = dist.get_world_size(pg)
         if pg is None or pg is dist.group.WORLD:
@@ -51,8 +70,10 @@ class TorchGroup:
         self.calls = 0  # collectives issued through torch (tests use it: eval must not add any)
         self.pending = threading.local()  # the exception a callback caught, for chaining
         # ctypes callback objects must live as long as the C group.
-        self._cb = (_lib.ALLREDUCE_FN(self._allreduce), _lib.BROADCAST_FN(self._broadcast),
-                    _lib.BARRIER_FN(self._barrier))
+        ref = weakref.ref(self)
+        self._cb = (_lib.ALLREDUCE_FN(_callback(ref, "_allreduce")),
+                    _lib.BROADCAST_FN(_callback(ref, "_broadcast")),
+                    _lib.BARRIER_FN(_callback(ref, "_barrier")))
         self._name = ("torch.distributed:%s" % self.backend).encode()
         ops = _lib.CustomOps(_lib.CUSTOM_OPS_VERSION, self._name, self._cb[0], self._cb[1],
                              self._cb[2], _lib.SPLIT_FN(), _lib.DESTROY_FN())
@@ -60,6 +81,14 @@ class TorchGroup:
         _lib.check(_lib.lib.sbn_group_create_custom(ctypes.byref(handle), self.rank, self.size,
                                                     ctypes.byref(ops), None))
         self.handle = handle
+
+    @property
+    def pg(self):
+        pg = self._pg()
+        if pg is None:
+            raise RuntimeError("syncbn.torch: the torch.distributed process group of this "
+                               "SyncBatchNorm was destroyed (dist.destroy_process_group)")
+        return pg
 
     def _fail(self, exc):
         self.pending.exc = exc
@@ -130,7 +159,7 @@ class TorchGroup:
             _lib.lib.sbn_group_destroy(handle)
 
 
-_groups = {}  # id(process group) -> (process group, TorchGroup)
+_groups = {}  # id(process group) -> (weak reference to it, TorchGroup)
 
 
 def torch_group(pg):
@@ -138,7 +167,9 @@ def torch_group(pg):
     if pg is None:
         pg = dist.group.WORLD
     entry = _groups.get(id(pg))
-    if entry is None or entry[0] is not pg:
-        entry = (pg, TorchGroup(pg))
+    if entry is None or entry[0]() is not pg:
+        for key in [k for k, (ref, _) in _groups.items() if ref() is None]:
+            del _groups[key]  # groups destroyed since (their layers keep what they need)
+        entry = (weakref.ref(pg), TorchGroup(pg))
         _groups[id(pg)] = entry
     return entry[1]

@@ -20,9 +20,11 @@ with torch.multiprocessing and a file:// rendezvous (no torchrun):
    earlier forward of a synchronized layer raises on every rank.
 
 Usage: test_distributed.py [P ...]   (default: 2 3)"""
+import gc
 import os
 import sys
 import time
+import weakref
 from datetime import timedelta
 
 import torch
@@ -222,7 +224,12 @@ def worker(rank, P, init_file):
         out["subgroup"] = subgroup_case(rank, P)
     out["misuse"] = misuse(rank, P)
     dist.barrier()
+    # The layers used the world group; destroying it must free it (and join
+    # its threads) now, not at interpreter shutdown.
+    world = weakref.ref(dist.group.WORLD)
     dist.destroy_process_group()
+    gc.collect()
+    out["pg_freed"] = world() is None
     return out
 
 
@@ -327,6 +334,8 @@ def run(P):
         check("  rank 1 alone: running stats of its own batch",
               max(rel_err(res[1]["subgroup"]["rm"], r1.rm), rel_err(res[1]["subgroup"]["rv"], r1.rv)), 1e-6)
 
+    expect("dist.destroy_process_group frees the group the layers used, on every rank",
+           all(r["pg_freed"] for r in res))
     print("misuse:")
     mm = [r["misuse"] for r in res]
     print("    rank 0 sees: %s" % mm[0]["mismatch"][1])
