@@ -95,9 +95,10 @@ static void run_op(int m, MPI_Comm comm, sbn_group *g, bufs *b, size_t n, int64_
       break;
     }
     case M_LIB:
-    case M_LIBOFF: { /* exactly what bn.c's sync_sums does (its description formatted once) */
-      char what[80];
-      snprintf(what, sizeof what, "forward of layer #0 (C=%lld, float32)", (long long)C);
+    case M_LIBOFF: { /* exactly what bn.c's sync_sums does (its description formatted once per C) */
+      static char what[80];
+      static int64_t what_c = -1;
+      if (what_c != C) snprintf(what, sizeof what, "forward of layer #0 (C=%lld, float32)", (long long)C), what_c = C;
       sbn_sig sig;
       sbn_sig_init_text(&sig, SBN_SIG_KIND_BN_FORWARD, 0, C, SBN_DTYPE_FLOAT32, what);
       const int was = m == M_LIBOFF ? sbn_mpi_set_pair(g, 0) : 0; /* every rank, same point: allowed */
