@@ -75,7 +75,8 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
   k->cb = g.c <= MAX_CB ? g.c : MAX_CB;
   k->ncb = (g.c + k->cb - 1) / k->cb;
   if (kind == PASS_ELEMWISE) { /* any number of rows; the block's coefficients stay in L1 */
-    k->cb = g.c <= ew_max_cb(g.dtype) ? g.c : ew_max_cb(g.dtype), k->ncb = (g.c + k->cb - 1) / k->cb;
+    const int64_t cb = ew_max_cb(g.dtype);
+    k->cb = g.c <= cb ? g.c : cb, k->ncb = (g.c + k->cb - 1) / k->cb;
     k->rb = UNIT / k->cb > 1 ? UNIT / k->cb : 1;
     if (per_unit) *per_unit = k->rb * k->cb;
     return (k->rows + k->rb - 1) / k->rb * k->ncb;
