@@ -1,0 +1,66 @@
+# The CUDA layer run on the CPU: src/cuda's kernels and device table, and the
+# GPU tests of tests/cuda, compiled as C++/C against a CPU emulation of the
+# CUDA runtime (tests/cuda_emu/cuda_emu.h: host memory, one fiber per CUDA
+# thread, barriers and warp shuffles as real barriers, graphs recorded and
+# replayed). Needs neither a GPU nor nvcc, so every machine runs the GPU
+# tests' logic: indexing, numerics, the bits the kernels promise, the layer's
+# per-channel kernels, misuse, graph capture. The kernel test also runs
+# under AddressSanitizer: no kernel reads or writes outside its buffers (what
+# compute-sanitizer's memcheck checks on a GPU). What only a GPU shows
+# (timing, concurrency between streams, the hardware's own arithmetic)
+# still needs scripts/gpu-check.sh on one.
+#
+#   make check-cuda-emu        build and run them (also part of make test)
+.DEFAULT_GOAL := all
+
+# The sanitizer builds (mk/sanitize.mk) leave it out: it has its own
+# AddressSanitizer variant here.
+ifneq ($(SBN_SANITIZE),1)
+EMU_DIR := $(BUILD)/cuda_emu
+EMU_CXX = $(CXX) -std=c++17 -g -ffp-contract=off -Wall -Wno-unused-function -Wno-unknown-pragmas \
+          -Wno-sign-compare -pthread -Iinclude -Itests/cuda_emu/include $(CPPFLAGS)
+EMU_HDRS := tests/cuda_emu/cuda_emu.h $(wildcard tests/cuda_emu/include/*.h) $(wildcard src/cuda/*.h src/cuda/*.cuh) \
+            $(wildcard tests/cuda/*.h)
+EMU_KERNELS := bn_reduce bn_elemt bn_finish
+EMU_TESTS := test_cuda_kernels test_cuda_layer test_cuda_graph test_cuda_equivalence test_cuda_misuse
+EMU_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o
+EMU_ASAN := -fsanitize=address -fno-omit-frame-pointer
+
+# CUDA sources with their launches rewritten (the tests' too), then C++.
+$(EMU_DIR)/gen/%.cpp: %.cu tests/cuda_emu/cu2cpp.sh
+	@mkdir -p $(dir $@)
+	tests/cuda_emu/cu2cpp.sh $< $@
+.SECONDARY: $(EMU_KERNELS:%=$(EMU_DIR)/gen/src/cuda/%.cpp) $(EMU_TESTS:%=$(EMU_DIR)/gen/tests/cuda/%.cpp)
+
+# One build per variant: $(1) its directory, $(2) its compiler flags.
+define EMU_VARIANT
+$(1)/%.o: $(EMU_DIR)/gen/src/cuda/%.cpp $(EMU_HDRS)
+	@mkdir -p $$(dir $$@)
+	$$(EMU_CXX) $(2) -Isrc/cuda -c $$< -o $$@
+$(1)/device_cuda.o: src/cuda/device_cuda.c $(EMU_HDRS)
+	@mkdir -p $$(dir $$@)
+	$$(SBN_CC) $(2) -Itests/cuda_emu/include -c $$< -o $$@
+$(1)/cuda_emu.o: tests/cuda_emu/cuda_emu.cpp tests/cuda_emu/cuda_emu.h
+	@mkdir -p $$(dir $$@)
+	$$(EMU_CXX) $(2) -c $$< -o $$@
+$(1)/libsyncbn_cuda_emu.a: $(EMU_KERNELS:%=$(1)/%.o) $(1)/device_cuda.o $(1)/cuda_emu.o
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(1)/%: $(EMU_DIR)/gen/tests/cuda/%.cpp $(1)/libsyncbn_cuda_emu.a $(EMU_SUPPORT) $(SBN_STATIC) $(EMU_HDRS)
+	$$(EMU_CXX) $(2) -Itests -Itests/cuda $$< -o $$@ $(EMU_SUPPORT) \
+	    -Wl,-u,sbn_internal_cuda_device_v2 $(1)/libsyncbn_cuda_emu.a $$(SBN_STATIC_LINK)
+endef
+$(eval $(call EMU_VARIANT,$(EMU_DIR)/plain,-O2))
+$(eval $(call EMU_VARIANT,$(EMU_DIR)/asan,-O1 $(EMU_ASAN)))
+
+EMU_BINS := $(EMU_TESTS:%=$(EMU_DIR)/plain/%) $(EMU_DIR)/asan/test_cuda_kernels
+EMU_CMDS := 'cmd:$(EMU_DIR)/plain/test_cuda_kernels --quick' \
+            $(filter-out %/test_cuda_kernels,$(EMU_TESTS:%=cmd:$(EMU_DIR)/plain/%)) \
+            'cmd:$(EMU_DIR)/asan/test_cuda_kernels --quick'
+all: $(EMU_BINS)
+EXTRA_TEST_CMDS += $(EMU_CMDS)
+
+.PHONY: check-cuda-emu
+check-cuda-emu: $(EMU_BINS)
+	@scripts/run_tests.sh $(BUILD) $(EMU_CMDS)
+endif
