@@ -12,6 +12,7 @@
 #
 #   make check-cuda-emu        build and run them (also part of make test)
 .DEFAULT_GOAL := all
+DEPS_TEST += g++
 
 # The sanitizer builds (mk/sanitize.mk) leave it out: it has its own
 # AddressSanitizer variant here.
