@@ -4,7 +4,9 @@
 # thread, barriers and warp shuffles as real barriers, graphs recorded and
 # replayed). Needs neither a GPU nor nvcc, so every machine runs the GPU
 # tests' logic: indexing, numerics, the bits the kernels promise, the layer's
-# per-channel kernels, misuse, graph capture. The kernel test also runs
+# per-channel kernels, misuse, graph capture, the NCCL backend at one rank
+# (tests/cuda_emu/include/nccl.h) and the GPU benchmark program (a smoke
+# run on one shape). The kernel test also runs
 # under AddressSanitizer: no kernel reads or writes outside its buffers (what
 # compute-sanitizer's memcheck checks on a GPU). What only a GPU shows
 # (timing, concurrency between streams, the hardware's own arithmetic)
@@ -31,7 +33,8 @@ EMU_ASAN := -fsanitize=address -fno-omit-frame-pointer
 $(EMU_DIR)/gen/%.cpp: %.cu tests/cuda_emu/cu2cpp.sh
 	@mkdir -p $(dir $@)
 	tests/cuda_emu/cu2cpp.sh $< $@
-.SECONDARY: $(EMU_KERNELS:%=$(EMU_DIR)/gen/src/cuda/%.cpp) $(EMU_TESTS:%=$(EMU_DIR)/gen/tests/cuda/%.cpp)
+.SECONDARY: $(EMU_KERNELS:%=$(EMU_DIR)/gen/src/cuda/%.cpp) $(EMU_TESTS:%=$(EMU_DIR)/gen/tests/cuda/%.cpp) \
+            $(EMU_DIR)/gen/src/cuda/nccl/nccl_xsum.cpp
 
 # One build per variant: $(1) its directory, $(2) its compiler flags.
 define EMU_VARIANT
@@ -47,6 +50,21 @@ $(1)/cuda_emu.o: tests/cuda_emu/cuda_emu.cpp tests/cuda_emu/cuda_emu.h
 $(1)/libsyncbn_cuda_emu.a: $(EMU_KERNELS:%=$(1)/%.o) $(1)/device_cuda.o $(1)/cuda_emu.o
 	@rm -f $$@
 	ar rcs $$@ $$^
+$(1)/nccl_xsum.o: $(EMU_DIR)/gen/src/cuda/nccl/nccl_xsum.cpp $(EMU_HDRS) src/cuda/nccl/nccl_xsum.h
+	@mkdir -p $$(dir $$@)
+	$$(EMU_CXX) $(2) -Isrc/cuda/nccl -c $$< -o $$@
+$(1)/nccl.o: src/comm/nccl.c $(EMU_HDRS) tests/cuda_emu/include/nccl.h
+	@mkdir -p $$(dir $$@)
+	$$(SBN_CC) $(2) -DSBN_WITH_NCCL=1 -Itests/cuda_emu/include -c $$< -o $$@
+$(1)/nccl_emu.o: tests/cuda_emu/nccl_emu.cpp tests/cuda_emu/include/nccl.h tests/cuda_emu/cuda_emu.h
+	@mkdir -p $$(dir $$@)
+	$$(EMU_CXX) $(2) -c $$< -o $$@
+$(1)/libsyncbn_nccl_emu.a: $(1)/nccl.o $(1)/nccl_xsum.o $(1)/nccl_emu.o
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(1)/test_nccl: tests/cuda/test_nccl.c $(1)/libsyncbn_nccl_emu.a $(1)/libsyncbn_cuda_emu.a $(SBN_STATIC) $(EMU_HDRS)
+	$$(SBN_CC) $(2) -Itests/cuda_emu/include -Isrc -c $$< -o $$@.o
+	$$(EMU_CXX) $(2) -o $$@ $$@.o $(1)/libsyncbn_nccl_emu.a $(1)/libsyncbn_cuda_emu.a $$(SBN_STATIC_LINK)
 $(1)/%: $(EMU_DIR)/gen/tests/cuda/%.cpp $(1)/libsyncbn_cuda_emu.a $(EMU_SUPPORT) $(SBN_STATIC) $(EMU_HDRS)
 	$$(EMU_CXX) $(2) -Itests -Itests/cuda $$< -o $$@ $(EMU_SUPPORT) \
 	    -Wl,-u,sbn_internal_cuda_device_v2 $(1)/libsyncbn_cuda_emu.a $$(SBN_STATIC_LINK)
@@ -54,10 +72,20 @@ endef
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/plain,-O2))
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/asan,-O1 $(EMU_ASAN)))
 
-EMU_BINS := $(EMU_TESTS:%=$(EMU_DIR)/plain/%) $(EMU_DIR)/asan/test_cuda_kernels
+# The GPU benchmark program, run once on a small shape as a smoke test (its
+# times measure the emulation, not a GPU).
+$(EMU_DIR)/plain/syncbn-bench-gpu: bench/gpu/bench_gpu.c $(EMU_DIR)/plain/libsyncbn_nccl_emu.a \
+                                   $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(SBN_STATIC) $(EMU_HDRS)
+	$(SBN_CC) -Itests/cuda_emu/include -c $< -o $@.o
+	$(EMU_CXX) -o $@ $@.o $(EMU_DIR)/plain/libsyncbn_nccl_emu.a -Wl,-u,sbn_internal_cuda_device_v2 \
+	    $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(SBN_STATIC_LINK)
+
+EMU_BINS := $(EMU_TESTS:%=$(EMU_DIR)/plain/%) $(EMU_DIR)/plain/test_nccl $(EMU_DIR)/asan/test_cuda_kernels \
+            $(EMU_DIR)/plain/syncbn-bench-gpu
 EMU_CMDS := 'cmd:$(EMU_DIR)/plain/test_cuda_kernels --quick' \
-            $(filter-out %/test_cuda_kernels,$(EMU_TESTS:%=cmd:$(EMU_DIR)/plain/%)) \
-            'cmd:$(EMU_DIR)/asan/test_cuda_kernels --quick'
+            $(filter-out %/test_cuda_kernels,$(EMU_TESTS:%=cmd:$(EMU_DIR)/plain/%)) cmd:$(EMU_DIR)/plain/test_nccl \
+            'cmd:$(EMU_DIR)/asan/test_cuda_kernels --quick' \
+            'cmd:$(EMU_DIR)/plain/syncbn-bench-gpu --iters 1 --warmup 0 --only 32x2048'
 all: $(EMU_BINS)
 EXTRA_TEST_CMDS += $(EMU_CMDS)
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -79,6 +80,10 @@ struct Graph {
 struct CUstream_st {
   bool capturing = false;
   Graph *graph = nullptr;
+};
+struct CUevent_st {
+  std::chrono::steady_clock::time_point t;
+  bool recorded = false;
 };
 struct CUgraph_st {
   Graph g;
@@ -322,6 +327,13 @@ void warp_exchange(uint64_t *v, int src) {
   *v = slot[base + (unsigned)src];
 }
 
+cudaError_t enqueue_work(cudaStream_t s, std::function<void()> work) { return enqueue(s, std::move(work)); }
+bool is_device(const void *p, size_t bytes) {
+  Alloc a, b;
+  return find(p, &a) && a.type == cudaMemoryTypeDevice && (!bytes || (find((const char *)p + bytes - 1, &b) &&
+                                                                      b.type == cudaMemoryTypeDevice));
+}
+
 void launch(const Cfg &cfg, std::function<void()> body) {
   const unsigned long long threads = (unsigned long long)cfg.block.x * cfg.block.y * cfg.block.z;
   if (!cfg.grid.x || !cfg.grid.y || !cfg.grid.z || !threads || threads > 1024 || cfg.grid.y > 65535 ||
@@ -385,6 +397,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "CUDA emulated on the CPU (tests/cuda_emu)");
   p->major = 9, p->minor = 0, p->multiProcessorCount = 4, p->totalGlobalMem = (size_t)1 << 32;
+  p->l2CacheSize = 4 << 20;
   p->warpSize = 32, p->maxThreadsPerBlock = 1024;
   return cudaSuccess;
 }
@@ -402,12 +415,16 @@ cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) { return alloc(p, bytes, cudaMemoryTypeDevice); }
 cudaError_t cudaFree(void *p) { return release(p, cudaMemoryTypeDevice); }
+/* Stream-ordered allocation. Under capture CUDA records allocation and free
+ * nodes, and the graph's memory is valid while it runs; here it is
+ * allocated at capture and kept (graph memory is never returned: a test
+ * captures a handful of graphs). */
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s) {
-  if (capturing(s)) return fail(cudaErrorStreamCaptureUnsupported);
+  (void)s;
   return alloc(p, bytes, cudaMemoryTypeDevice);
 }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-  if (capturing(s)) return fail(cudaErrorStreamCaptureUnsupported);
+  if (capturing(s)) return cudaSuccess;
   return release(p, cudaMemoryTypeDevice);
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) { return alloc(p, bytes, cudaMemoryTypeHost); }
@@ -476,6 +493,35 @@ cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s) {
   if (!device_ok(dst, bytes)) return fail(cudaErrorInvalidValue);
   return enqueue(s, [dst, value, bytes]() { memset(dst, value, bytes); });
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  if (!free_bytes || !total_bytes) return fail(cudaErrorInvalidValue);
+  *total_bytes = (size_t)1 << 32, *free_bytes = (size_t)1 << 30;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+  if (!e) return fail(cudaErrorInvalidValue);
+  *e = new CUevent_st();
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  return enqueue(s, [e]() {
+    e->t = std::chrono::steady_clock::now();
+    e->recorded = true;
+  });
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!ms || !start || !end || !start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(end->t - start->t).count();
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }

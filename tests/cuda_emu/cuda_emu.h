@@ -99,6 +99,7 @@ typedef struct cudaDeviceProp {
   char name[256];
   int major, minor;
   int multiProcessorCount;
+  int l2CacheSize;
   size_t totalGlobalMem;
   int warpSize;
   int maxThreadsPerBlock;
@@ -128,6 +129,17 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s);
 cudaError_t cudaMemset(void *dst, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s);
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
+/* Events record the host's clock when the stream reaches them (at once, or
+ * at graph replay): elapsed times measure the emulation, not a GPU. */
+typedef struct CUevent_st *cudaEvent_t;
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
@@ -309,6 +321,10 @@ struct Cfg {
 /* Runs (or, on a capturing stream, records) body for every thread of the
  * grid; sets the thread's last error on a bad configuration or a failure. */
 void launch(const Cfg &cfg, std::function<void()> body);
+/* For the NCCL emulation: work in stream order (or recorded while the
+ * stream is captured), and whether [p, p + bytes) is device memory. */
+cudaError_t enqueue_work(cudaStream_t s, std::function<void()> work);
+bool is_device(const void *p, size_t bytes);
 
 template <class F> struct Bound {
   F *f;
