@@ -424,7 +424,9 @@ int main(int argc, char **argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   printf("device 0: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
   cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  /* a blocking stream: the test's synchronous copies (legacy stream) are
+   * ordered with its kernels, before and after */
+  CK(cudaStreamCreate(&st));
 
   struct Shape {
     int64_t n, c, s;

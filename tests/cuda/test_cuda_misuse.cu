@@ -25,6 +25,8 @@ static void expect(const char *what, sbn_status got, sbn_status want, const char
 typedef struct state { float p[6][4]; int64_t nbt; } state;
 static void snap(sbn_bn *bn, state *s) {
   memset(s, 0, sizeof *s);
+  // the layer's stream is non-blocking: cudaMemcpy alone would not wait for it
+  CUDA_OK(cudaDeviceSynchronize());
   for (int id = 0; id < 6; id++) {
     sbn_tensor v;
     if (sbn_bn_tensor(&v, bn, (sbn_bn_tensor_id)id) == SBN_STATUS_OK)

@@ -235,7 +235,8 @@ static void test_one_rank(void) {
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   sbn_sig sig;
   sbn_sig_init(&sig, SBN_SIG_KIND_BN_FORWARD, 0, (int64_t)n, SBN_DTYPE_FLOAT32, "test step");
-  CK(cudaMemcpy(d, h, 8 * n, cudaMemcpyHostToDevice));
+  /* on s: a non-blocking stream is not ordered after the legacy stream's copies */
+  CK(cudaMemcpyAsync(d, h, 8 * n, cudaMemcpyHostToDevice, s));
   st = g->ops->allreduce_device(g, d, n, SBN_DTYPE_FLOAT64, &sig, s); /* warm-up, uncaptured */
   CHECK(st == SBN_STATUS_OK, "allreduce_device: %s %s", sbn_status_name(st), sbn_last_error());
   cudaGraph_t graph;
@@ -328,7 +329,7 @@ static int multi_rank(sbn_group *world, void *argp) {
   sbn_sig sig;
   sbn_sig_init(&sig, SBN_SIG_KIND_BN_FORWARD, r == P - 1 ? 1 : 0, (int64_t)n, SBN_DTYPE_FLOAT32, "forward of layer #%d",
                r == P - 1 ? 1 : 0);
-  CK(cudaMemcpy(d, h, 8 * n, cudaMemcpyHostToDevice));
+  CK(cudaMemcpyAsync(d, h, 8 * n, cudaMemcpyHostToDevice, s)); /* on s: it is non-blocking */
   st = g->ops->allreduce_device(g, d, n, SBN_DTYPE_FLOAT64, &sig, s);
   CK(cudaStreamSynchronize(s));
   CK(cudaMemcpy(got, d, 8 * n, cudaMemcpyDeviceToHost));

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -77,13 +78,19 @@ struct Graph {
 };
 } /* namespace */
 
+/* A stream's work waits in `pending` until something waits for it (see
+ * "Streams" in cuda_emu.h); `exec` keeps one flush at a time, in order. */
 struct CUstream_st {
+  bool nonblocking = false;
   bool capturing = false;
   Graph *graph = nullptr;
+  std::mutex mu, exec;
+  std::vector<Work> pending;
 };
 struct CUevent_st {
   std::chrono::steady_clock::time_point t;
   bool recorded = false;
+  cudaStream_t stream = nullptr; /* of its last record */
 };
 struct CUgraph_st {
   Graph g;
@@ -93,13 +100,51 @@ struct CUgraphExec_st {
 };
 
 namespace {
-/* Run work now, or record it when the stream is being captured. */
+std::mutex streams_mu;
+std::vector<cudaStream_t> streams; /* every non-blocking stream created and not destroyed */
+std::atomic<int> sticky{cudaSuccess}; /* a launch failure, reported by every later wait */
+/* The legacy stream and every blocking stream share one queue: each waits
+ * for the others' earlier work (an order stricter than CUDA's among
+ * blocking streams, and CUDA's between them and the legacy stream). */
+CUstream_st legacy;
+cudaStream_t queue_of(cudaStream_t s) { return s && s->nonblocking ? s : &legacy; }
+
+/* Run the work the queue of s holds, in order. */
+void flush(cudaStream_t s) {
+  s = queue_of(s);
+  std::lock_guard<std::mutex> ex(s->exec);
+  for (;;) {
+    std::vector<Work> todo;
+    {
+      std::lock_guard<std::mutex> g(s->mu);
+      todo.swap(s->pending);
+    }
+    if (todo.empty()) return;
+    for (Work &w : todo) w();
+  }
+}
+/* The legacy queue, and the non-blocking streams too when asked. */
+void flush_all(bool nonblocking_too) {
+  flush(nullptr);
+  if (!nonblocking_too) return;
+  std::lock_guard<std::mutex> g(streams_mu); /* no stream is destroyed meanwhile */
+  for (cudaStream_t s : streams) flush(s);
+}
+cudaError_t waited() {
+  const int e = sticky.load();
+  return e == cudaSuccess ? cudaSuccess : (cudaError_t)e;
+}
+
+/* Work in stream order: recorded while s is captured, else kept in its
+ * queue until something waits for it. */
 cudaError_t enqueue(cudaStream_t s, Work w) {
   if (s && s->capturing) {
     s->graph->work.push_back(std::move(w));
     return cudaSuccess;
   }
-  w();
+  s = queue_of(s);
+  std::lock_guard<std::mutex> g(s->mu);
+  s->pending.push_back(std::move(w));
   return cudaSuccess;
 }
 bool capturing(cudaStream_t s) { return s && s->capturing; }
@@ -293,6 +338,7 @@ void run_grid(const sbn_emu::Cfg &cfg, const std::function<void()> &body) {
         sbn_emu::block_idx = uint3{x, y, z};
         if (!run_block(cfg.name)) {
           fail(cudaErrorLaunchFailure);
+          sticky = cudaErrorLaunchFailure;
           sbn_emu::cur = nullptr;
           return;
         }
@@ -411,10 +457,16 @@ cudaError_t cudaGetDevice(int *device) {
   *device = current_device;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+  flush_all(true);
+  return waited();
+}
 
 cudaError_t cudaMalloc(void **p, size_t bytes) { return alloc(p, bytes, cudaMemoryTypeDevice); }
-cudaError_t cudaFree(void *p) { return release(p, cudaMemoryTypeDevice); }
+cudaError_t cudaFree(void *p) { /* waits for the whole device, as CUDA's does */
+  flush_all(true);
+  return release(p, cudaMemoryTypeDevice);
+}
 /* Stream-ordered allocation. Under capture CUDA records allocation and free
  * nodes, and the graph's memory is valid while it runs; here it is
  * allocated at capture and kept (graph memory is never returned: a test
@@ -425,14 +477,19 @@ cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s) {
 }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   if (capturing(s)) return cudaSuccess;
-  return release(p, cudaMemoryTypeDevice);
+  Alloc a;
+  if (p && (!find(p, &a) || a.type != cudaMemoryTypeDevice)) return fail(cudaErrorInvalidValue);
+  return enqueue(s, [p]() { release(p, cudaMemoryTypeDevice); });
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) { return alloc(p, bytes, cudaMemoryTypeHost); }
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
   (void)flags;
   return alloc(p, bytes, cudaMemoryTypeHost);
 }
-cudaError_t cudaFreeHost(void *p) { return release(p, cudaMemoryTypeHost); }
+cudaError_t cudaFreeHost(void *p) {
+  flush_all(true);
+  return release(p, cudaMemoryTypeHost);
+}
 cudaError_t cudaHostGetDevicePointer(void **dev, void *host, unsigned flags) {
   Alloc a;
   if (!dev || flags || !find(host, &a) || a.type != cudaMemoryTypeHost) return fail(cudaErrorInvalidValue);
@@ -472,23 +529,48 @@ static cudaError_t copy_check(void *dst, const void *src, size_t bytes, cudaMemc
   if ((dev_dst && !device_ok(dst, bytes)) || (dev_src && !device_ok(src, bytes))) return cudaErrorInvalidValue;
   return cudaSuccess;
 }
+/* Which copies the host waits for, as CUDA documents them: a synchronous
+ * copy into host memory completes before it returns (after the legacy
+ * stream's earlier work); one from pageable host memory takes the bytes at
+ * the call and reaches the device later, in legacy-stream order; one from
+ * pinned memory completes at once; device to device is only enqueued. The
+ * asynchronous copies: from pageable memory the bytes are taken at the call,
+ * into pageable memory the copy waits for its stream and completes. */
+static bool pinned(const void *p) {
+  Alloc a;
+  return find(p, &a) && a.type == cudaMemoryTypeHost;
+}
+static Work copy_work(void *dst, const void *src, size_t bytes, bool snapshot) {
+  if (snapshot && bytes) {
+    std::shared_ptr<std::vector<char>> c = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + bytes);
+    return [dst, c]() { memmove(dst, c->data(), c->size()); };
+  }
+  return [dst, src, bytes]() {
+    if (bytes) memmove(dst, src, bytes);
+  };
+}
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
   const cudaError_t e = copy_check(dst, src, bytes, kind);
   if (e != cudaSuccess) return fail(e);
+  if (kind == cudaMemcpyDeviceToDevice) return enqueue(nullptr, copy_work(dst, src, bytes, false));
+  if (kind == cudaMemcpyHostToDevice && !pinned(src)) return enqueue(nullptr, copy_work(dst, src, bytes, true));
+  flush(nullptr);
   if (bytes) memmove(dst, src, bytes);
-  return cudaSuccess;
+  return waited();
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s) {
   const cudaError_t e = copy_check(dst, src, bytes, kind);
   if (e != cudaSuccess) return fail(e);
-  return enqueue(s, [dst, src, bytes]() {
+  if (kind == cudaMemcpyDeviceToHost && !pinned(dst) && !capturing(s)) {
+    flush(s);
     if (bytes) memmove(dst, src, bytes);
-  });
+    return waited();
+  }
+  return enqueue(s, copy_work(dst, src, bytes, kind == cudaMemcpyHostToDevice && !pinned(src)));
 }
 cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
   if (!device_ok(dst, bytes)) return fail(cudaErrorInvalidValue);
-  memset(dst, value, bytes);
-  return cudaSuccess;
+  return enqueue(nullptr, [dst, value, bytes]() { memset(dst, value, bytes); });
 }
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t s) {
   if (!device_ok(dst, bytes)) return fail(cudaErrorInvalidValue);
@@ -512,12 +594,17 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  e->stream = s;
   return enqueue(s, [e]() {
     e->t = std::chrono::steady_clock::now();
     e->recorded = true;
   });
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (!e) return fail(cudaErrorInvalidResourceHandle);
+  flush(e->stream);
+  return waited();
+}
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
   if (!ms || !start || !end || !start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
   *ms = std::chrono::duration<float, std::milli>(end->t - start->t).count();
@@ -526,24 +613,36 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-  (void)flags;
   if (!s) return fail(cudaErrorInvalidValue);
   *s = new CUstream_st();
+  (*s)->nonblocking = flags & cudaStreamNonBlocking;
+  if ((*s)->nonblocking) {
+    std::lock_guard<std::mutex> g(streams_mu);
+    streams.push_back(*s);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (!s) return fail(cudaErrorInvalidResourceHandle);
+  flush(s); /* its work still runs, as CUDA finishes it */
+  if (s->nonblocking) {
+    std::lock_guard<std::mutex> g(streams_mu);
+    for (size_t i = 0; i < streams.size(); i++)
+      if (streams[i] == s) streams.erase(streams.begin() + (long)i);
+  }
   delete s->graph;
   delete s;
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (capturing(s)) return fail(cudaErrorStreamCaptureUnsupported);
-  return cudaSuccess;
+  flush(s);
+  return waited();
 }
+/* Polling makes progress: the stream's work runs, then it is idle. */
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   if (capturing(s)) return fail(cudaErrorStreamCaptureUnsupported);
-  return cudaSuccess;
+  return cudaStreamSynchronize(s);
 }
 cudaError_t cudaStreamGetDevice(cudaStream_t s, int *device) {
   (void)s;

@@ -13,12 +13,21 @@
  *    __syncthreads and warp shuffles, which are real barriers: a barrier
  *    that some threads never reach (divergence) is reported and fails the
  *    launch instead of hanging. Launches are serialized process-wide;
- *  - streams execute their work at once, in the caller's order; a stream
- *    being captured records it instead, and a graph launch replays it (the
- *    arguments as they were at capture, as CUDA does);
+ *  - Streams: a stream's work (launches, async copies and sets, NCCL calls)
+ *    is held until something waits for it, as late as CUDA allows:
+ *    cudaStreamSynchronize/Query, cudaEventSynchronize,
+ *    cudaDeviceSynchronize, cudaFree, a copy into pageable host memory, a
+ *    synchronous copy into host memory. The legacy stream (NULL) and the
+ *    blocking streams share one queue; cudaStreamNonBlocking streams have
+ *    their own, which nothing but their own waits flushes. So a result the
+ *    host reads, or a kernel consumes, without the ordering CUDA requires is
+ *    not there at all: a missing wait fails every time instead of now and
+ *    then. A stream being captured records its work instead, and a graph
+ *    launch enqueues it (the arguments as they were at capture, as CUDA
+ *    does);
  *  - one device (index 0), sm_90 by its properties.
- * What it does not model: concurrency between streams and with the host (a
- * missing stream wait cannot show here), timing, NCCL, and the hardware's
+ * What it does not model: timing, interleavings other than "as late as
+ * allowed", several NCCL ranks (include/nccl.h: one), and the hardware's
  * own floating point (the kernels' explicit roundings are reproduced with
  * the host's IEEE operations, compiled without contraction).
  *
@@ -184,7 +193,6 @@ static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s) { return cudaSt
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 /* A block's shared variables: blocks run one at a time, so one static copy
