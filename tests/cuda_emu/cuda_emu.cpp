@@ -251,9 +251,15 @@ bool run_block(const char *name) {
     f.parity = 0;
   }
   const unsigned nwarps = (n + 31) / 32;
+  /* Between barriers threads run one after another, in thread order in
+   * even blocks and in reverse order in odd ones: a thread that reads what
+   * another writes without a barrier between them reads it too early in one
+   * of the two orders. */
+  const bool reverse = (sbn_emu::block_idx.x + sbn_emu::block_idx.y + sbn_emu::block_idx.z) & 1;
   for (;;) {
     bool ran = false;
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned k = 0; k < n; k++) {
+      const unsigned i = reverse ? n - 1 - k : k;
       Fiber &f = blk.fibers[i];
       if (f.state != RUNNABLE) continue;
       sbn_emu::cur = &f.t;

@@ -12,7 +12,10 @@
  *    within a block each CUDA thread is a fiber, switched only at
  *    __syncthreads and warp shuffles, which are real barriers: a barrier
  *    that some threads never reach (divergence) is reported and fails the
- *    launch instead of hanging. Launches are serialized process-wide;
+ *    launch instead of hanging. Between barriers the threads run in thread
+ *    order in even blocks and in reverse order in odd ones, so a read of
+ *    another thread's write without a barrier between them is early in one
+ *    of the two. Launches are serialized process-wide;
  *  - Streams: a stream's work (launches, async copies and sets, NCCL calls)
  *    is held until something waits for it, as late as CUDA allows:
  *    cudaStreamSynchronize/Query, cudaEventSynchronize,
