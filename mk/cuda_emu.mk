@@ -4,11 +4,11 @@
 # thread, barriers and warp shuffles as real barriers, graphs recorded and
 # replayed). Needs neither a GPU nor nvcc, so every machine runs the GPU
 # tests' logic: indexing, numerics, the bits the kernels promise, the layer's
-# per-channel kernels, misuse, graph capture, the NCCL backend at one rank
-# (tests/cuda_emu/include/nccl.h) and the GPU benchmark program (a smoke
-# run on one shape). The kernel test also runs
-# under AddressSanitizer: no kernel reads or writes outside its buffers (what
-# compute-sanitizer's memcheck checks on a GPU). What only a GPU shows
+# per-channel kernels, misuse, graph capture, missing stream waits, the NCCL
+# backend with 1 and 4 ranks (tests/cuda_emu/include/nccl.h: four emulated
+# GPUs) and the GPU benchmark program (a smoke run on one shape). The tests
+# also run under AddressSanitizer: no kernel reads or writes outside its
+# buffers (what compute-sanitizer's memcheck checks on a GPU). What only a GPU shows
 # (timing, concurrency between streams, the hardware's own arithmetic)
 # still needs scripts/gpu-check.sh on one.
 #
@@ -80,11 +80,14 @@ $(EMU_DIR)/plain/syncbn-bench-gpu: bench/gpu/bench_gpu.c $(EMU_DIR)/plain/libsyn
 	$(EMU_CXX) -o $@ $@.o $(EMU_DIR)/plain/libsyncbn_nccl_emu.a -Wl,-u,sbn_internal_cuda_device_v2 \
 	    $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(SBN_STATIC_LINK)
 
-EMU_BINS := $(EMU_TESTS:%=$(EMU_DIR)/plain/%) $(EMU_DIR)/plain/test_nccl $(EMU_DIR)/asan/test_cuda_kernels \
+# Under AddressSanitizer (and LeakSanitizer) too, but the long layer test.
+EMU_ASAN_TESTS := test_cuda_kernels test_cuda_graph test_cuda_equivalence test_cuda_misuse test_nccl
+EMU_BINS := $(EMU_TESTS:%=$(EMU_DIR)/plain/%) $(EMU_DIR)/plain/test_nccl $(EMU_ASAN_TESTS:%=$(EMU_DIR)/asan/%) \
             $(EMU_DIR)/plain/syncbn-bench-gpu
 EMU_CMDS := 'cmd:$(EMU_DIR)/plain/test_cuda_kernels --quick' \
             $(filter-out %/test_cuda_kernels,$(EMU_TESTS:%=cmd:$(EMU_DIR)/plain/%)) cmd:$(EMU_DIR)/plain/test_nccl \
             'cmd:$(EMU_DIR)/asan/test_cuda_kernels --quick' \
+            $(filter-out %/test_cuda_kernels,$(EMU_ASAN_TESTS:%=cmd:$(EMU_DIR)/asan/%)) \
             'cmd:$(EMU_DIR)/plain/syncbn-bench-gpu --iters 1 --warmup 0 --only 32x2048'
 all: $(EMU_BINS)
 EXTRA_TEST_CMDS += $(EMU_CMDS)

@@ -7,9 +7,11 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -35,7 +37,10 @@ cudaError_t fail(cudaError_t e) {
 struct Alloc {
   size_t bytes;
   cudaMemoryType type;
+  int device; /* current at allocation */
 };
+constexpr int kDevices = 4; /* emulated GPUs: enough for NCCL ranks of one GPU each */
+thread_local int current_device = 0;
 std::mutex mem_mu;
 std::map<uintptr_t, Alloc> allocs;
 
@@ -46,7 +51,7 @@ cudaError_t alloc(void **p, size_t bytes, cudaMemoryType type) {
   /* 256-byte alignment, as cudaMalloc's; at least one byte */
   if (posix_memalign(&q, 256, bytes ? bytes : 1) != 0) return fail(cudaErrorMemoryAllocation);
   std::lock_guard<std::mutex> g(mem_mu);
-  allocs[(uintptr_t)q] = Alloc{bytes ? bytes : 1, type};
+  allocs[(uintptr_t)q] = Alloc{bytes ? bytes : 1, type, current_device};
   *p = q;
   return cudaSuccess;
 }
@@ -73,24 +78,38 @@ bool find(const void *p, Alloc *out) {
 /* ---- streams and graphs ---- */
 
 typedef std::function<void()> Work;
+/* A unit of a stream's work; false: not ready yet (an NCCL collective
+ * waiting for other ranks), to be run again later. */
+typedef std::function<bool()> Step;
+cudaError_t release(void *p, cudaMemoryType type);
+/* Memory a graph allocated during capture, freed with the graph's last copy. */
+struct GraphMemory {
+  std::vector<void *> ptrs;
+  ~GraphMemory() {
+    for (void *p : ptrs) release(p, cudaMemoryTypeDevice);
+  }
+};
 struct Graph {
-  std::vector<Work> work;
+  std::vector<Step> work;
+  std::shared_ptr<GraphMemory> memory = std::make_shared<GraphMemory>();
 };
 } /* namespace */
 
 /* A stream's work waits in `pending` until something waits for it (see
  * "Streams" in cuda_emu.h); `exec` keeps one flush at a time, in order. */
 struct CUstream_st {
+  int device = 0;
   bool nonblocking = false;
   bool capturing = false;
   Graph *graph = nullptr;
   std::mutex mu, exec;
-  std::vector<Work> pending;
+  std::deque<Step> pending;
 };
 struct CUevent_st {
   std::chrono::steady_clock::time_point t;
   bool recorded = false;
   cudaStream_t stream = nullptr; /* of its last record */
+  int device = 0;
 };
 struct CUgraph_st {
   Graph g;
@@ -103,32 +122,49 @@ namespace {
 std::mutex streams_mu;
 std::vector<cudaStream_t> streams; /* every non-blocking stream created and not destroyed */
 std::atomic<int> sticky{cudaSuccess}; /* a launch failure, reported by every later wait */
-/* The legacy stream and every blocking stream share one queue: each waits
- * for the others' earlier work (an order stricter than CUDA's among
- * blocking streams, and CUDA's between them and the legacy stream). */
-CUstream_st legacy;
-cudaStream_t queue_of(cudaStream_t s) { return s && s->nonblocking ? s : &legacy; }
+/* Per device, its legacy stream and its blocking streams share one queue:
+ * each waits for the others' earlier work (an order stricter than CUDA's
+ * among blocking streams, and CUDA's between them and the legacy stream). */
+CUstream_st legacy[kDevices];
+const struct LegacyDevices {
+  LegacyDevices() {
+    for (int d = 0; d < kDevices; d++) legacy[d].device = d;
+  }
+} legacy_devices;
+cudaStream_t queue_of(cudaStream_t s) {
+  if (!s) return &legacy[current_device];
+  return s->nonblocking ? s : &legacy[s->device];
+}
 
-/* Run the work the queue of s holds, in order. */
-void flush(cudaStream_t s) {
+/* Run what the queue of s holds, in order, up to a step that is not ready;
+ * true when it is empty. */
+bool flush_once(cudaStream_t s) {
   s = queue_of(s);
   std::lock_guard<std::mutex> ex(s->exec);
   for (;;) {
-    std::vector<Work> todo;
+    Step *step; /* run in place: a step that is not ready keeps its state */
     {
       std::lock_guard<std::mutex> g(s->mu);
-      todo.swap(s->pending);
+      if (s->pending.empty()) return true;
+      step = &s->pending.front(); /* stays valid: others only push at the back */
     }
-    if (todo.empty()) return;
-    for (Work &w : todo) w();
+    if (!(*step)()) return false;
+    std::lock_guard<std::mutex> g(s->mu);
+    s->pending.pop_front();
   }
 }
-/* The legacy queue, and the non-blocking streams too when asked. */
+/* Wait until the queue of s is empty. */
+void flush(cudaStream_t s) {
+  while (!flush_once(s)) std::this_thread::yield();
+}
+/* The current device's legacy queue, and its non-blocking streams too when
+ * asked. */
 void flush_all(bool nonblocking_too) {
   flush(nullptr);
   if (!nonblocking_too) return;
   std::lock_guard<std::mutex> g(streams_mu); /* no stream is destroyed meanwhile */
-  for (cudaStream_t s : streams) flush(s);
+  for (cudaStream_t s : streams)
+    if (s->device == current_device) flush(s);
 }
 cudaError_t waited() {
   const int e = sticky.load();
@@ -137,15 +173,21 @@ cudaError_t waited() {
 
 /* Work in stream order: recorded while s is captured, else kept in its
  * queue until something waits for it. */
-cudaError_t enqueue(cudaStream_t s, Work w) {
+cudaError_t enqueue_step(cudaStream_t s, Step st) {
   if (s && s->capturing) {
-    s->graph->work.push_back(std::move(w));
+    s->graph->work.push_back(std::move(st));
     return cudaSuccess;
   }
   s = queue_of(s);
   std::lock_guard<std::mutex> g(s->mu);
-  s->pending.push_back(std::move(w));
+  s->pending.push_back(std::move(st));
   return cudaSuccess;
+}
+cudaError_t enqueue(cudaStream_t s, Work w) {
+  return enqueue_step(s, [w]() {
+    w();
+    return true;
+  });
 }
 bool capturing(cudaStream_t s) { return s && s->capturing; }
 
@@ -379,7 +421,7 @@ void warp_exchange(uint64_t *v, int src) {
   *v = slot[base + (unsigned)src];
 }
 
-cudaError_t enqueue_work(cudaStream_t s, std::function<void()> work) { return enqueue(s, std::move(work)); }
+cudaError_t enqueue_work(cudaStream_t s, std::function<bool()> step) { return enqueue_step(s, std::move(step)); }
 bool is_device(const void *p, size_t bytes) {
   Alloc a, b;
   return find(p, &a) && a.type == cudaMemoryTypeDevice && (!bytes || (find((const char *)p + bytes - 1, &b) &&
@@ -437,15 +479,14 @@ cudaError_t cudaGetLastError(void) {
 }
 cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
-thread_local int current_device = 0;
 cudaError_t cudaGetDeviceCount(int *count) {
   if (!count) return fail(cudaErrorInvalidValue);
-  *count = 1;
+  *count = kDevices;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
   if (!p) return fail(cudaErrorInvalidValue);
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= kDevices) return fail(cudaErrorInvalidDevice);
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "CUDA emulated on the CPU (tests/cuda_emu)");
   p->major = 9, p->minor = 0, p->multiProcessorCount = 4, p->totalGlobalMem = (size_t)1 << 32;
@@ -454,7 +495,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= kDevices) return fail(cudaErrorInvalidDevice);
   current_device = device;
   return cudaSuccess;
 }
@@ -475,11 +516,11 @@ cudaError_t cudaFree(void *p) { /* waits for the whole device, as CUDA's does */
 }
 /* Stream-ordered allocation. Under capture CUDA records allocation and free
  * nodes, and the graph's memory is valid while it runs; here it is
- * allocated at capture and kept (graph memory is never returned: a test
- * captures a handful of graphs). */
+ * allocated at capture and belongs to the graph until it is destroyed. */
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s) {
-  (void)s;
-  return alloc(p, bytes, cudaMemoryTypeDevice);
+  const cudaError_t e = alloc(p, bytes, cudaMemoryTypeDevice);
+  if (e == cudaSuccess && capturing(s)) s->graph->memory->ptrs.push_back(*p);
+  return e;
 }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   if (capturing(s)) return cudaSuccess;
@@ -509,7 +550,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
   a->device = -2;
   if (find(p, &al)) {
     a->type = al.type;
-    a->device = 0;
+    a->device = al.device;
     a->devicePointer = (void *)p;
     a->hostPointer = al.type == cudaMemoryTypeHost ? (void *)p : nullptr;
   } else {
@@ -600,7 +641,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
-  e->stream = s;
+  e->stream = s, e->device = current_device;
   return enqueue(s, [e]() {
     e->t = std::chrono::steady_clock::now();
     e->recorded = true;
@@ -608,7 +649,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
-  flush(e->stream);
+  flush(e->stream ? e->stream : &legacy[e->device]);
   return waited();
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
@@ -622,6 +663,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   if (!s) return fail(cudaErrorInvalidValue);
   *s = new CUstream_st();
   (*s)->nonblocking = flags & cudaStreamNonBlocking;
+  (*s)->device = current_device;
   if ((*s)->nonblocking) {
     std::lock_guard<std::mutex> g(streams_mu);
     streams.push_back(*s);
@@ -648,12 +690,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 /* Polling makes progress: the stream's work runs, then it is idle. */
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   if (capturing(s)) return fail(cudaErrorStreamCaptureUnsupported);
-  return cudaStreamSynchronize(s);
+  if (!flush_once(s)) return cudaErrorNotReady; /* not an error: not recorded */
+  return waited();
 }
 cudaError_t cudaStreamGetDevice(cudaStream_t s, int *device) {
-  (void)s;
   if (!device) return fail(cudaErrorInvalidValue);
-  *device = 0;
+  *device = s ? s->device : current_device;
   return cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {
@@ -687,10 +729,8 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsig
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (!exec) return fail(cudaErrorInvalidValue);
-  Graph copy = exec->g;
-  return enqueue(s, [copy]() {
-    for (const Work &w : copy.work) w();
-  });
+  for (const Step &st : exec->g.work) enqueue_step(s, st); /* fresh copies: each replay starts anew */
+  return cudaSuccess;
 }
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *count) {
   if (!graph || !count) return fail(cudaErrorInvalidValue);

@@ -28,10 +28,11 @@
  *    then. A stream being captured records its work instead, and a graph
  *    launch enqueues it (the arguments as they were at capture, as CUDA
  *    does);
- *  - one device (index 0), sm_90 by its properties.
+ *  - four devices (sm_90 by their properties); memory belongs to the device
+ *    current at its allocation, and each device has its own legacy stream.
  * What it does not model: timing, interleavings other than "as late as
- * allowed", several NCCL ranks (include/nccl.h: one), and the hardware's
- * own floating point (the kernels' explicit roundings are reproduced with
+ * allowed", NCCL across processes (include/nccl.h: ranks are threads), and
+ * the hardware's own floating point (the kernels' explicit roundings are reproduced with
  * the host's IEEE operations, compiled without contraction).
  *
  * The `kernel<<<grid, block, shmem, stream>>>(args)` syntax is rewritten by
@@ -334,7 +335,7 @@ struct Cfg {
 void launch(const Cfg &cfg, std::function<void()> body);
 /* For the NCCL emulation: work in stream order (or recorded while the
  * stream is captured), and whether [p, p + bytes) is device memory. */
-cudaError_t enqueue_work(cudaStream_t s, std::function<void()> work);
+cudaError_t enqueue_work(cudaStream_t s, std::function<bool()> step); /* false: not ready, run again later */
 bool is_device(const void *p, size_t bytes);
 
 template <class F> struct Bound {

@@ -1,8 +1,9 @@
-/* The CPU emulation of NCCL for tests/cuda_emu: communicators of ONE rank
- * (the emulator has one device, and NCCL refuses two ranks on a device), on
- * which every collective is a copy enqueued on the stream, as NCCL's are.
- * Enough to run the NCCL backend's one-rank path and its device kernels;
- * several ranks need GPUs (scripts/gpu-check.sh). */
+/* The CPU emulation of NCCL for tests/cuda_emu (tests/cuda_emu/nccl_emu.cpp):
+ * communicators of ranks that are threads of one process, one emulated GPU
+ * each (two ranks on one device are refused, as NCCL does). Collectives are
+ * steps on the caller's stream that complete once every rank's matching
+ * step has run; ncclCommSplit is blocking; ncclCommAbort ends this rank's
+ * pending collectives. The API subset syncbn uses. */
 #ifndef SBN_CUDA_EMU_NCCL_H
 #define SBN_CUDA_EMU_NCCL_H
 
