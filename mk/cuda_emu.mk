@@ -17,8 +17,11 @@
 DEPS_TEST += g++
 
 # The sanitizer builds (mk/sanitize.mk) leave it out: it has its own
-# AddressSanitizer variant here.
+# AddressSanitizer variant here. It needs x86-64 (its fiber switch) and a
+# C++ compiler with _Float16 (GCC 12, clang 15).
+EMU_OK := $(if $(filter x86_64,$(shell uname -m)),$(shell echo '_Float16 h;' | $(CXX) -x c++ -fsyntax-only - 2>/dev/null && echo 1))
 ifneq ($(SBN_SANITIZE),1)
+ifeq ($(EMU_OK),1)
 EMU_DIR := $(BUILD)/cuda_emu
 EMU_CXX = $(CXX) -std=c++17 -g -ffp-contract=off -Wall -Wno-unused-function -Wno-unknown-pragmas \
           -Wno-sign-compare -pthread -Iinclude -Itests/cuda_emu/include $(CPPFLAGS)
@@ -95,4 +98,5 @@ EXTRA_TEST_CMDS += $(EMU_CMDS)
 .PHONY: check-cuda-emu
 check-cuda-emu: $(EMU_BINS)
 	@scripts/run_tests.sh $(BUILD) $(EMU_CMDS)
+endif
 endif
