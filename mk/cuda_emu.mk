@@ -98,5 +98,9 @@ EXTRA_TEST_CMDS += $(EMU_CMDS)
 .PHONY: check-cuda-emu
 check-cuda-emu: $(EMU_BINS)
 	@scripts/run_tests.sh $(BUILD) $(EMU_CMDS)
+else
+.PHONY: check-cuda-emu
+check-cuda-emu:
+	@echo "check-cuda-emu: the CUDA emulator needs x86-64 and a C++ compiler with _Float16 ($(CXX) here)"; exit 77
 endif
 endif
