@@ -47,10 +47,10 @@ $(1)/%.o: $(EMU_DIR)/gen/src/cuda/%.cpp $(EMU_HDRS)
 $(1)/device_cuda.o: src/cuda/device_cuda.c $(EMU_HDRS)
 	@mkdir -p $$(dir $$@)
 	$$(SBN_CC) $(2) -Itests/cuda_emu/include -c $$< -o $$@
-$(1)/cuda_emu.o: tests/cuda_emu/cuda_emu.cpp tests/cuda_emu/cuda_emu.h
+$(1)/cuda_emu.o $(1)/emu_kernels.o: $(1)/%.o: tests/cuda_emu/%.cpp tests/cuda_emu/cuda_emu.h tests/cuda_emu/emu_internal.h
 	@mkdir -p $$(dir $$@)
 	$$(EMU_CXX) $(2) -c $$< -o $$@
-$(1)/libsyncbn_cuda_emu.a: $(EMU_KERNELS:%=$(1)/%.o) $(1)/device_cuda.o $(1)/cuda_emu.o
+$(1)/libsyncbn_cuda_emu.a: $(EMU_KERNELS:%=$(1)/%.o) $(1)/device_cuda.o $(1)/cuda_emu.o $(1)/emu_kernels.o
 	@rm -f $$@
 	ar rcs $$@ $$^
 $(1)/nccl_xsum.o: $(EMU_DIR)/gen/src/cuda/nccl/nccl_xsum.cpp $(EMU_HDRS) src/cuda/nccl/nccl_xsum.h
