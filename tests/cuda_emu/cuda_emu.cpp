@@ -114,6 +114,15 @@ struct CUgraphExec_st {
 namespace {
 std::mutex streams_mu;
 std::vector<cudaStream_t> streams; /* every non-blocking stream created and not destroyed */
+/* Destroyed non-blocking streams, kept until exit: flush_all may still hold
+ * one it listed (it flushes without the lock, as a wait on one device must
+ * not stop other threads' stream calls). */
+struct Retired {
+  std::vector<cudaStream_t> list;
+  ~Retired() {
+    for (cudaStream_t s : list) delete s;
+  }
+} retired;
 std::atomic<int> sticky{cudaSuccess}; /* a launch failure, reported by every later wait */
 /* Per device, its legacy stream and its blocking streams share one queue:
  * each waits for the others' earlier work (an order stricter than CUDA's
@@ -155,8 +164,12 @@ void flush(cudaStream_t s) {
 void flush_all(bool nonblocking_too) {
   flush(nullptr);
   if (!nonblocking_too) return;
-  std::lock_guard<std::mutex> g(streams_mu); /* no stream is destroyed meanwhile */
-  for (cudaStream_t s : streams)
+  std::vector<cudaStream_t> now;
+  {
+    std::lock_guard<std::mutex> g(streams_mu);
+    now = streams;
+  }
+  for (cudaStream_t s : now)
     if (s->device == current_device) flush(s);
 }
 cudaError_t waited() {
@@ -429,13 +442,16 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (!s) return fail(cudaErrorInvalidResourceHandle);
   flush(s); /* its work still runs, as CUDA finishes it */
-  if (s->nonblocking) {
-    std::lock_guard<std::mutex> g(streams_mu);
-    for (size_t i = 0; i < streams.size(); i++)
-      if (streams[i] == s) streams.erase(streams.begin() + (long)i);
-  }
   delete s->graph;
-  delete s;
+  s->graph = nullptr, s->capturing = false;
+  if (!s->nonblocking) {
+    delete s;
+    return cudaSuccess;
+  }
+  std::lock_guard<std::mutex> g(streams_mu);
+  for (size_t i = 0; i < streams.size(); i++)
+    if (streams[i] == s) streams.erase(streams.begin() + (long)i);
+  retired.list.push_back(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
