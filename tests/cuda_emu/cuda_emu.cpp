@@ -57,13 +57,14 @@ cudaError_t release(void *p, cudaMemoryType type) {
   free(p);
   return cudaSuccess;
 }
-/* The allocation holding p, if any. */
-bool find(const void *p, Alloc *out) {
+/* The allocation holding all of [p, p + bytes) (at least p), if any. */
+bool find(const void *p, Alloc *out, size_t bytes = 1) {
   std::lock_guard<std::mutex> g(mem_mu);
   auto it = allocs.upper_bound((uintptr_t)p);
   if (it == allocs.begin()) return false;
   --it;
-  if ((uintptr_t)p >= it->first + it->second.bytes) return false;
+  const uintptr_t off = (uintptr_t)p - it->first;
+  if (off >= it->second.bytes || (bytes && bytes > it->second.bytes - off)) return false;
   *out = it->second;
   return true;
 }
@@ -204,9 +205,8 @@ cudaError_t set_last_error(cudaError_t e) { return fail(e); }
 void set_sticky_error(cudaError_t e) { sticky = e; }
 cudaError_t enqueue_work(cudaStream_t s, std::function<bool()> step) { return enqueue_step(s, std::move(step)); }
 bool is_device(const void *p, size_t bytes) {
-  Alloc a, b;
-  return find(p, &a) && a.type == cudaMemoryTypeDevice && (!bytes || (find((const char *)p + bytes - 1, &b) &&
-                                                                      b.type == cudaMemoryTypeDevice));
+  Alloc a;
+  return find(p, &a, bytes) && a.type == cudaMemoryTypeDevice;
 }
 } /* namespace sbn_emu */
 
@@ -332,11 +332,8 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 /* A copy or set checks that device-side pointers are the emulator's memory
  * (as a GPU would fault on a host pointer). */
 static bool device_ok(const void *p, size_t bytes) {
-  if (!bytes) return true;
   Alloc a;
-  if (!find(p, &a)) return false;
-  Alloc b;
-  return find((const char *)p + bytes - 1, &b);
+  return !bytes || find(p, &a, bytes);
 }
 static cudaError_t copy_check(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes && (!dst || !src)) return cudaErrorInvalidValue;

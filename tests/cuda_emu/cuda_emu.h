@@ -169,9 +169,6 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
-/* Emulator state for tests: kernels launched, fiber switches, failures. */
-unsigned long long sbn_emu_launches(void);
-
 #ifdef __cplusplus
 } /* extern "C" */
 

@@ -67,7 +67,6 @@ struct Block {
 };
 Block blk;
 std::mutex launch_mu;
-unsigned long long n_launches = 0;
 
 void switch_to_sched(Fiber *f) {
 #if EMU_ASAN
@@ -201,7 +200,6 @@ bool run_block(const char *name) {
 
 void run_grid(const sbn_emu::Cfg &cfg, const std::function<void()> &body) {
   std::lock_guard<std::mutex> g(launch_mu);
-  n_launches++;
   const unsigned n = cfg.block.x * cfg.block.y * cfg.block.z;
   if (blk.stacks.size() < n) {
     while (blk.stacks.size() < n) blk.stacks.push_back((char *)malloc(kStack));
@@ -268,4 +266,3 @@ void launch(const Cfg &cfg, std::function<void()> body) {
 }
 } /* namespace sbn_emu */
 
-extern "C" unsigned long long sbn_emu_launches(void) { return n_launches; }

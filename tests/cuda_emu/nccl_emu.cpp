@@ -30,7 +30,7 @@ struct Op { /* one collective instance */
 };
 struct Split { /* one ncclCommSplit in progress */
   int arrived = 0, taken = 0;
-  std::vector<int> color, key, device;
+  std::vector<int> color, key;
   std::map<int, std::shared_ptr<struct Clique>> cliques; /* per color */
 };
 struct Clique {
@@ -231,8 +231,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
   const int me = comm->st->rank;
   std::unique_lock<std::mutex> g(c.mu);
   Split &sp = c.split;
-  if (sp.arrived == 0) sp.color.assign((size_t)c.nranks, 0), sp.key = sp.color, sp.device = sp.color;
-  sp.color[(size_t)me] = color, sp.key[(size_t)me] = key, sp.device[(size_t)me] = comm->st->device;
+  if (sp.arrived == 0) sp.color.assign((size_t)c.nranks, 0), sp.key = sp.color;
+  sp.color[(size_t)me] = color, sp.key[(size_t)me] = key;
   const uint64_t round = c.splits;
   if (++sp.arrived == c.nranks) {
     c.splits++;
