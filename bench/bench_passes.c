@@ -8,7 +8,9 @@
  * --arena-mib), so every call reads from memory. Median of --reps calls.
  *
  * Usage: syncbn-bench-passes [--threads T] [--reps R] [--arena-mib M]
- *                            [--only SHAPE] [--isa NAME] [--min] */
+ *                            [--only SHAPE] [--shape NxCxHxW] [--isa NAME] [--min]
+ * --only picks built-in shapes by prefix; --shape runs one shape of any
+ * size instead. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -27,20 +29,43 @@ static double copy_bw(char *arena, size_t bytes, int threads) {
   return copy_bandwidth(arena, bytes, threads, &bw_memcpy, &bw_stream);
 }
 
+/* "NxC" or "NxCxHxW..." into (N, C, product of the rest); 0 if well formed. */
+static int parse_shape(const char *str, int64_t out[3]) {
+  int64_t dims[8];
+  int nd = 0;
+  for (const char *p = str; nd < 8;) {
+    char *end;
+    const long long v = strtoll(p, &end, 10);
+    if (end == p || v < 1 || v > (1LL << 31)) return -1;
+    dims[nd++] = v;
+    if (!*end) break;
+    if (*end != 'x') return -1;
+    p = end + 1;
+  }
+  if (nd < 2 || nd > 5) return -1;
+  out[0] = dims[0], out[1] = dims[1], out[2] = 1;
+  for (int i = 2; i < nd; i++) out[2] *= dims[i];
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int threads = 2, reps = 31, use_min = 0;
   double arena_mib = 0;
   const char *only = NULL;
+  int64_t custom[3] = {0, 0, 0}; /* --shape: N, C, spatial size, instead of the built-in list */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--arena-mib") && i + 1 < argc) arena_mib = atof(argv[++i]);
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+      if (parse_shape(argv[++i], custom)) return fprintf(stderr, "--shape %s: expected NxC or NxCxHxW...\n", argv[i]), 2;
+    }
     else if (!strcmp(argv[i], "--min")) use_min = 1; /* fastest call: steadier under load */
     else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
       if (sbn_cpu_set_isa(sbn_cpu_isa_find(argv[++i])) != 0) return fprintf(stderr, "isa %s not run here\n", argv[i]), 2;
     } else
-      return fprintf(stderr, "usage: %s [--threads T] [--reps R] [--arena-mib M] [--only SHAPE] [--isa NAME] [--min]\n", argv[0]), 2;
+      return fprintf(stderr, "usage: %s [--threads T] [--reps R] [--arena-mib M] [--only SHAPE] [--shape NxCxHxW] [--isa NAME] [--min]\n", argv[0]), 2;
   }
   if (reps < 1 || reps > 1001) reps = 31;
   const size_t arena_bytes = arena_mib > 0 ? (size_t)(arena_mib * (1 << 20)) : 4 * llc_bytes();
@@ -62,17 +87,18 @@ int main(int argc, char **argv) {
   static const int64_t shapes[][3] = {{8, 64, 112 * 112}, {8, 64, 56 * 56},  {8, 256, 56 * 56}, {8, 128, 28 * 28},
                                       {8, 512, 28 * 28},  {8, 256, 14 * 14}, {8, 1024, 14 * 14}, {8, 512, 49},
                                       {8, 2048, 49},      {256, 1024, 1},    {2, 16, 16}};
-  const int ns = sizeof shapes / sizeof shapes[0];
+  const int ns = custom[0] ? 1 : sizeof shapes / sizeof shapes[0];
   static double t[4][1024];
   sbn_cpu_ws ws = {NULL, 0, threads};
-  const int64_t maxc = 2048;
+  const int64_t maxc = custom[1] > 2048 ? custom[1] : 2048;
   double *mean = calloc(maxc, 8), *a = calloc(maxc, 8), *b = calloc(maxc, 8), *c = calloc(maxc, 8),
          *s1 = calloc(maxc, 8), *s2 = calloc(maxc, 8), *sh = calloc(maxc, 8);
   for (int64_t i = 0; i < maxc; i++) mean[i] = 0.01 * (double)i, a[i] = 1.5, b[i] = 0.25, c[i] = 0.125;
   for (int si = 0; si < ns; si++)
     for (int dt = 0; dt < 3; dt++)
       for (int lay = 0; lay < 2; lay++) {
-        const int64_t n = shapes[si][0], C = shapes[si][1], S = shapes[si][2];
+        const int64_t *shp = custom[0] ? custom : shapes[si];
+        const int64_t n = shp[0], C = shp[1], S = shp[2];
         char label[48];
         if (S == 1) snprintf(label, sizeof label, "%lldx%lld", (long long)n, (long long)C);
         else {
