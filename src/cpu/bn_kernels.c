@@ -336,6 +336,12 @@ static void merge_rows(const sbn_kargs *k, int64_t c0, int64_t c1) {
   }
 }
 
+enum { CF_STREAMS = 64 };
+static int cf_streams = CF_STREAMS; /* atomic */
+void sbn_cpu_set_cf_streams(int streams) {
+  __atomic_store_n(&cf_streams, streams > 0 ? streams : CF_STREAMS, __ATOMIC_RELAXED);
+}
+
 /* Run a pass: plan, split among the threads, merge the reductions. */
 static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, double *s2) {
   const pass_kind kind = op == SBN_K_STATS || op == SBN_K_BRED ? PASS_REDUCE : PASS_ELEMWISE;
@@ -345,6 +351,7 @@ static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, do
   k->n = p.n, k->c = p.c, k->s = p.s, k->chunk = p.chunk, k->nck = p.nck;
   k->rb = p.rb, k->rows = p.rows, k->cb = p.cb, k->ncb = p.ncb;
   k->s1 = s1, k->s2 = s2;
+  k->cf_streams = __atomic_load_n(&cf_streams, __ATOMIC_RELAXED);
   const int threads = threads_for(ws, g);
   sbn_kfn merge = kind == PASS_ELEMWISE ? NULL : rows_layout(g) ? merge_rows : merge_cf;
   const int64_t gr = kind == PASS_REDUCE && rows_layout(g) ? rows_grain(units, per_unit, threads)

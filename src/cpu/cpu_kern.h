@@ -36,6 +36,8 @@ typedef struct sbn_kargs {
   const float *fp;          /* the same with each whole block of 16 channels as even, odd */
   int stream;               /* elementwise: stream the output past the caches */
   int flat;                 /* channels-first elementwise: short rows as one flat stream */
+  int cf_streams;           /* channels-first reductions of small maps: image by image from
+                               this many streams (N x tensors read) */
 } sbn_kargs;
 
 /* Process units [u0, u1). */

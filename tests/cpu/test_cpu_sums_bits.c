@@ -51,15 +51,22 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
   sums(&ws, base, x, dy, g, mean);
   double diff = 0, evidence = 0;
   int runs = 0;
+  /* Channels-first: both orders of the small-map reductions (image by
+   * image from 1 stream, channel by channel up to 2^30), where they apply. */
+  const int orders = lay == SBN_LAYOUT_CHANNELS_FIRST ? 2 : 1;
   for (int i = 0; i < sbn_cpu_isa_count(); i++) {
     if (!sbn_cpu_isa_supported(i)) continue;
     sbn_cpu_set_isa(i);
-    for (int t = 1; t <= 4; t *= 2, runs++) {
-      ws.threads = t;
-      memset(got, 0xa5, 8 * NSUM * (size_t)C);
-      sums(&ws, got, x, dy, g, mean);
-      for (int64_t j = 0; j < NSUM * C; j++) diff += memcmp(&got[j], &base[j], 8) != 0;
+    for (int o = 0; o < orders; o++) {
+      if (orders > 1) sbn_cpu_set_cf_streams(o ? 1 << 30 : 1);
+      for (int t = 1; t <= 4; t *= 2, runs++) {
+        ws.threads = t;
+        memset(got, 0xa5, 8 * NSUM * (size_t)C);
+        sums(&ws, got, x, dy, g, mean);
+        for (int64_t j = 0; j < NSUM * C; j++) diff += memcmp(&got[j], &base[j], 8) != 0;
+      }
     }
+    sbn_cpu_set_cf_streams(0);
   }
   for (int64_t j = C; j < NSUM * C; j++) evidence += base[j] != 0;
   sbn_cpu_set_isa(isa);
@@ -94,8 +101,9 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
     }
     free(xv), free(gv);
   }
-  printf("%s %s %lldx%lldx%lld: %lld sums x %d runs (instruction sets x 1, 2, 4 threads)\n", dt_name(dt),
-         lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, (long long)(NSUM * C), runs);
+  printf("%s %s %lldx%lldx%lld: %lld sums x %d runs (instruction sets x %s1, 2, 4 threads)\n", dt_name(dt),
+         lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, (long long)(NSUM * C), runs,
+         orders > 1 ? "image- and channel-major small maps x " : "");
   int bad = check("  sums differing from generic, 1 thread", diff, 0);
   printf("  largest error against a float64 loop, relative to the sum of |terms|: %.2e (tol 1e-9)\n", worst);
   bad |= !(worst <= 1e-9);
@@ -110,13 +118,16 @@ int main(void) {
   int bad = 0;
   /* Channels-first: S = 55 = 3 x 16 + 4 + 3 over 3 images; 7x7 maps;
    * S = 20007: chunks of 16384 and 3623 (226 x 16 + 4 + 3), several
-   * threads. Rows layout (the same shapes channels-last, and 2-D):
-   * C = 39 = 2 x 16 + 4 + 3, 165 rows (20 steps of 8 + 5); C = 1100 =
-   * 512 + 512 + 76; 2-D C = 6 = 4 + 2. Tall inputs, many row blocks and
-   * chunks: 3 x 1100 x 411 (1233 rows of 3 channel blocks, the last row
-   * block 17 rows) and 2-D 120000 x 16 (118 row blocks, the last 192 rows). */
-  static const int64_t shapes[][3] = {{3, 39, 55},       {8, 96, 49},    {2, 8, 20007}, {4, 1100, 12},
-                                      {9001, 6, 1},      {3, 1100, 411}, {120000, 16, 1}};
+   * threads; 64 images of 13 values (image by image by default) and 40 of
+   * 7x7, 70 channels (blocks of 64 and 6). Rows layout (the same shapes
+   * channels-last, and 2-D): C = 39 = 2 x 16 + 4 + 3, 165 rows (20 steps
+   * of 8 + 5); C = 1100 = 368 + 368 + 364; 2-D C = 6 = 4 + 2. Tall inputs,
+   * many row blocks and chunks: 3 x 1100 x 411 (1233 rows of 3 channel
+   * blocks, the last row block 17 rows) and 2-D 120000 x 16 (118 row
+   * blocks, the last 192 rows). */
+  static const int64_t shapes[][3] = {{3, 39, 55},    {8, 96, 49},    {2, 8, 20007},  {4, 1100, 12},
+                                      {9001, 6, 1},   {3, 1100, 411}, {120000, 16, 1}, {64, 70, 13},
+                                      {40, 70, 49}};
   const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT64};
   for (int d = 0; d < 4; d++)
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
