@@ -246,11 +246,14 @@ static int use_stream(sbn_geom g) {
   return rows_layout(g) || (size_t)g.s * es >= STREAM_ROW_MIN || g.s >= 8;
 }
 
-/* Shorter channels-first rows stream as one flat run of each hand-out's
- * rows (kern_flat.inc), at least 8 values a row so that an 8-value vector
- * spans at most two channels. */
+/* Shorter channels-first rows go as one flat run of each hand-out's rows
+ * (kern_flat.inc), streamed or not, at least 8 values a row so that an
+ * 8-value vector spans at most two channels. Unstreamed too: row by row,
+ * each 7x7 or 14x14 row has its own unaligned head and scalar tail.
+ * Measured (2 threads, out of cache, 8x2048x7x7 float32): normalize 0.248
+ * -> 0.223 ms, backward elementwise 0.34 -> 0.245 ms. */
 static int use_flat(sbn_geom g) {
-  return !rows_layout(g) && (size_t)g.s * dtype_bytes(g.dtype) < STREAM_ROW_MIN && use_stream(g);
+  return !rows_layout(g) && (size_t)g.s * dtype_bytes(g.dtype) < STREAM_ROW_MIN && g.s >= 8;
 }
 
 /* 16-bit storage: the elementwise coefficients in float32, the mean split
