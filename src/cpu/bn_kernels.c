@@ -247,13 +247,18 @@ static int use_stream(sbn_geom g) {
 }
 
 /* Shorter channels-first rows go as one flat run of each hand-out's rows
- * (kern_flat.inc), streamed or not, at least 8 values a row so that an
- * 8-value vector spans at most two channels. Unstreamed too: row by row,
- * each 7x7 or 14x14 row has its own unaligned head and scalar tail.
- * Measured (2 threads, out of cache, 8x2048x7x7 float32): normalize 0.248
- * -> 0.223 ms, backward elementwise 0.34 -> 0.245 ms. */
+ * (kern_flat.inc), at least 8 values a row so that an 8-value vector spans
+ * at most two channels: streamed outputs, and unstreamed ones of at least
+ * FLAT_MIN bytes. Row by row, each 7x7 or 14x14 row has its own unaligned
+ * head and scalar tail. Measured (2 threads, out of cache, 8x2048x7x7
+ * float32): normalize 0.248 -> 0.223 ms, backward elementwise 0.34 ->
+ * 0.245 ms. On a tiny tensor (2x16x4x4, a call of about 1 us) the flat
+ * run's setup cost 0.2 us a call, hence the floor. */
+enum { FLAT_MIN = 1 << 16 };
 static int use_flat(sbn_geom g) {
-  return !rows_layout(g) && (size_t)g.s * dtype_bytes(g.dtype) < STREAM_ROW_MIN && g.s >= 8;
+  const size_t es = dtype_bytes(g.dtype);
+  if (rows_layout(g) || (size_t)g.s * es >= STREAM_ROW_MIN || g.s < 8) return 0;
+  return use_stream(g) || (size_t)(g.n * g.c * g.s) * es >= FLAT_MIN;
 }
 
 /* 16-bit storage: the elementwise coefficients in float32, the mean split
