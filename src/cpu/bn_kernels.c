@@ -86,10 +86,11 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
     if (per_unit) *per_unit = (kind == PASS_REDUCE ? g.n : 1) * k->chunk;
     return (kind == PASS_REDUCE ? g.c : g.n * g.c) * k->nck;
   }
-  /* rows of C channels: blocks of ~UNIT values, channels split above
-   * MAX_CB (the reductions' partial sums are 2 x channels per row block) or
-   * ew_max_cb (the elementwise passes' coefficients of a block stay in L1);
-   * the reductions take row blocks of a multiple of 8 rows (8-row steps) */
+  /* rows of C channels: blocks of ~UNIT values. The reductions take row
+   * blocks of a multiple of 8 rows (8-row steps), sized for blocks of
+   * MAX_CB channels (the partial sums are 2 x channels per row block), and
+   * channel blocks of rl_reduce_cb; the elementwise passes split channels
+   * above ew_max_cb (a block's coefficients stay in L1). */
   k->rows = g.n * g.s;
   k->cb = g.c <= MAX_CB ? g.c : MAX_CB;
   k->ncb = (g.c + k->cb - 1) / k->cb;

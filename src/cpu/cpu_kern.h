@@ -10,11 +10,12 @@
  *    in memory order.
  * Channels-last, or S == 1 (the same memory order: rows of C channels):
  * unit u = (row block u / ncb of rb rows, channel block u % ncb of cb
- * channels). Reductions: cb <= 512, rb a multiple of 8, ~16K values; they
- * write the block's sums to part + 2C * row block (sums at c, second sums
- * at C + c); the driver merges them per channel in row-block order
- * (kern_rows.inc: how a unit adds). Elementwise: cb <= 512, any number
- * of rows.
+ * channels). Reductions: whole rows up to 1024 channels, wider rows in
+ * even blocks of at most 512; rb a multiple of 8 (that of 512-channel
+ * blocks, ~16K values); they write the block's sums to part + 2C * row
+ * block (sums at c, second sums at C + c); the driver merges them per
+ * channel in row-block order (kern_rows.inc: how a unit adds).
+ * Elementwise: cb <= 1024 (by the L1 size), any number of rows.
  * Units depend only on the shape, never on the thread count. */
 #ifndef SBN_CPU_KERN_H
 #define SBN_CPU_KERN_H
