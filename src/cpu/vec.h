@@ -237,18 +237,13 @@ static inline void st8_f32(float *p, vf8 f, int nt) {
 }
 #ifdef SBN_VEC_BF16
 /* The avx512bf16 level: vcvtneps2bf16 on 8 lanes, subnormal lanes redone by
- * the integer rounding (as stz_bf16 below): the 8-value steps (row tails, the
+ * the integer rounding (bf16_top8, as stz_bf16 below): the 8-value steps (row tails, the
  * flat path's vectors that span two channels) cost as few uops as float16's
  * vcvtps2ph instead of bf16_round8's shifts, blend and pack. */
 static inline void st8_bf16(uint16_t *p, vf8 f, int nt) {
   __m128i h = (__m128i)_mm256_cvtneps_pbh((__m256)f);
   const __mmask8 sub = _mm256_fpclass_ps_mask((__m256)f, 0x20); /* subnormal lanes */
-  if (__builtin_expect(sub != 0, 0)) {
-    const __m256i u = (__m256i)f;
-    const __m256i r = _mm256_add_epi32(
-        u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
-    h = _mm256_mask_cvtepi32_epi16(h, sub, _mm256_srli_epi32(r, 16));
-  }
+  if (__builtin_expect(sub != 0, 0)) h = _mm256_mask_cvtepi32_epi16(h, sub, _mm256_srli_epi32(bf16_top8(f), 16));
   if (nt) _mm_stream_si128((__m128i *)p, h);
   else _mm_storeu_si128((__m128i *)p, h);
 }

@@ -122,10 +122,9 @@ int main(void) {
    * 7x7, 70 channels (blocks of 64 and 6). Rows layout (the same shapes
    * channels-last, and 2-D): C = 39 = 2 x 16 + 4 + 3, 165 rows (20 steps
    * of 8 + 5); C = 1100 = 368 + 368 + 364; C = 1023 in whole rows (63 x 16 +
-   * 3 x 4 + 3); 2-D C = 6 = 4 + 2. Tall inputs,
-   * many row blocks and chunks: 3 x 1100 x 411 (1233 rows of 3 channel
-   * blocks, the last row block 17 rows) and 2-D 120000 x 16 (118 row
-   * blocks, the last 192 rows). */
+   * 3 x 4 + 3); 2-D C = 6 = 4 + 2. Tall inputs, many row blocks and
+   * chunks: 3 x 1100 x 411 (1233 rows of 3 channel blocks, the last row
+   * block 17 rows) and 2-D 120000 x 16 (118 row blocks, the last 192 rows). */
   static const int64_t shapes[][3] = {{3, 39, 55},    {8, 96, 49},    {2, 8, 20007},  {4, 1100, 12},
                                       {9001, 6, 1},   {3, 1100, 411}, {120000, 16, 1}, {64, 70, 13},
                                       {40, 70, 49},   {5, 1023, 9}};
