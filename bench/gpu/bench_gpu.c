@@ -12,6 +12,9 @@
  *     cost is measured apart, in 3):
  *     CUDA events around each call, the median after warm-up; GB/s at 3
  *     (forward) and 5 (backward) tensor passes; fraction of copy bandwidth;
+ *     with no group, the same calls again captured in CUDA graphs (one per
+ *     set and pass) and replayed: the GPU's time without the host's calls
+ *     (row "graph"), as torch_chain.py times PyTorch's chain;
  *  3. the collective alone: the NCCL backend's exact all-reduce of a
  *     layer's 2C+1 doubles on the stream against a raw ncclAllReduce (sum)
  *     of the same doubles, one rank (the exact sum's fixed cost).
@@ -197,6 +200,48 @@ static void run_case(const shape *s, sbn_dtype dt, sbn_layout lay, sbn_group *gr
          "fwd_frac=%.3f bwd_frac=%.3f\n",
          gname, s->label, dts, ls, mb, fms, bms, fgbs, bgbs, fgbs / copy, bgbs / copy);
   fflush(stdout);
+  if (!group) { /* the same calls captured in CUDA graphs: the GPU's time alone, as torch_chain.py times */
+    cudaGraphExec_t *gx = malloc(sizeof *gx * 2 * (size_t)R);
+    for (int i = 0; i < R; i++)
+      for (int pass = 0; pass < 2; pass++) {
+        char *set = arena + (size_t)i * 4 * bytes;
+        sbn_tensor x = dev_tensor(s, set, dt, lay), y = dev_tensor(s, set + bytes, dt, lay);
+        sbn_tensor dy = dev_tensor(s, set + 2 * bytes, dt, lay), dx = dev_tensor(s, set + 3 * bytes, dt, lay);
+        cudaGraph_t graph;
+        CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        st = pass == 0 ? sbn_bn_forward(bn, &y, &x) : sbn_bn_backward(bn, &dx, &dy, &x);
+        CK(cudaStreamEndCapture(stream, &graph));
+        if (st != SBN_STATUS_OK) fail_status(pass == 0 ? "captured sbn_bn_forward" : "captured sbn_bn_backward", st);
+        CK(cudaGraphInstantiate(&gx[2 * i + pass], graph, 0));
+        CK(cudaGraphDestroy(graph));
+      }
+    for (int it = 0; it < total; it++) {
+      const int i = it % R, j = (it + R / 2) % R;
+      CK(cudaEventRecord(ev[4 * it], stream));
+      CK(cudaGraphLaunch(gx[2 * i], stream));
+      CK(cudaEventRecord(ev[4 * it + 1], stream));
+      CK(cudaEventRecord(ev[4 * it + 2], stream));
+      CK(cudaGraphLaunch(gx[2 * j + 1], stream));
+      CK(cudaEventRecord(ev[4 * it + 3], stream));
+    }
+    CK(cudaStreamSynchronize(stream));
+    for (int it = opt.warmup; it < total; it++) {
+      float a, b;
+      CK(cudaEventElapsedTime(&a, ev[4 * it], ev[4 * it + 1]));
+      CK(cudaEventElapsedTime(&b, ev[4 * it + 2], ev[4 * it + 3]));
+      tf[it - opt.warmup] = a, tb[it - opt.warmup] = b;
+    }
+    const double gf = median(tf, opt.iters), gb = median(tb, opt.iters);
+    const double gfg = 3.0 * (double)bytes / (gf * 1e-3) / 1e9, gbg = 5.0 * (double)bytes / (gb * 1e-3) / 1e9;
+    printf("%-15s %-4s %-2s %-6s %8.1f %9.4f %7.0f %5.2f %9.4f %7.0f %5.2f  R=%d\n", s->label, dts, ls, "graph", mb,
+           gf, gfg, gfg / copy, gb, gbg, gbg / copy, R);
+    printf("ROW impl=syncbn-graph shape=%s dtype=%s layout=%s mb=%.3f fwd_ms=%.5f bwd_ms=%.5f fwd_gbs=%.1f "
+           "bwd_gbs=%.1f fwd_frac=%.3f bwd_frac=%.3f\n",
+           s->label, dts, ls, mb, gf, gb, gfg, gbg, gfg / copy, gbg / copy);
+    fflush(stdout);
+    for (int i = 0; i < 2 * R; i++) cudaGraphExecDestroy(gx[i]);
+    free(gx);
+  }
   for (int i = 0; i < 4 * total; i++) cudaEventDestroy(ev[i]);
   free(ev), free(tf), free(tb);
   sbn_bn_destroy(bn);

@@ -84,16 +84,77 @@ __global__ void __launch_bounds__(NT) elemt_cf(typename D::S *out, const typenam
   for (uint32_t r = threadIdx.x; r < t.nr; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, mean, a, b, cc);
   __syncthreads();
   const uint32_t ng = t.nr * t.gs;
-  for (uint32_t g = threadIdx.x; g < ng; g += NT) {
-    const cf_group q = cf_group_of(p, t, g);
-    const int64_t base = (t.row0 + q.r) * S + q.off;
-    const K k = tab[q.r];
-    float v[8], w[8] = {}, o[8];
-    load_group<D, V>(x + base, q.len, v);
-    if (BWD) load_group<D, V>(dy + base, q.len, w);
+  /* B groups at a time, all loaded before the first store (out may alias x
+   * or dy, so the compiler cannot move a load above an earlier store) */
+  constexpr int B = Batch<D>::value;
+  for (uint32_t g0 = threadIdx.x; g0 < ng; g0 += B * NT) {
+    float v[B][8], w[B][8];
+    cf_group q[B];
 #pragma unroll
-    for (int i = 0; i < 8; i++) o[i] = BWD ? Arith<D>::belt(v[i], w[i], k) : Arith<D>::norm(v[i], k);
-    store_group<D, V>(out + base, q.len, o);
+    for (int b = 0; b < B; b++) {
+      const uint32_t g = g0 + b * NT;
+      q[b].len = 0;
+      if (g < ng) {
+        q[b] = cf_group_of(p, t, g);
+        const int64_t base = (t.row0 + q[b].r) * S + q[b].off;
+        load_group<D, V>(x + base, q[b].len, v[b]);
+        if (BWD) load_group<D, V>(dy + base, q[b].len, w[b]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++)
+      if (q[b].len > 0) {
+        const K k = tab[q[b].r];
+        float o[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[i] = BWD ? Arith<D>::belt(v[b][i], w[b][i], k) : Arith<D>::norm(v[b][i], k);
+        store_group<D, V>(out + (t.row0 + q[b].r) * S + q[b].off, q[b].len, o);
+      }
+  }
+}
+
+/* Channels-first, S not a multiple of 8: the flat groups of flat_plan, so
+ * that full groups load and store whole aligned vectors (the caller checks
+ * the pointers' alignment to 8 values). */
+template <class D, int V, bool BWD>
+__global__ void __launch_bounds__(NT) elemt_flat(typename D::S *out, const typename D::S *x,
+                                                 const typename D::S *dy, int64_t C, flat_plan p,
+                                                 const double *__restrict__ mean, const double *__restrict__ a,
+                                                 const double *__restrict__ b, const double *__restrict__ cc) {
+  typedef typename Arith<D>::K K;
+  __shared__ K tab[MAX_RPT_ELEMT];
+  const flat_tile t = flat_tile_of(p, blockIdx.x);
+  const int64_t ch0 = t.row0 % C;
+  for (uint32_t r = threadIdx.x; r < t.nrows; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, mean, a, b, cc);
+  __syncthreads();
+  constexpr int B = Batch<D>::value;
+  for (uint32_t g0 = threadIdx.x; g0 < t.ng; g0 += B * NT) {
+    float v[B][8], w[B][8];
+    flat_group q[B];
+#pragma unroll
+    for (int bb = 0; bb < B; bb++) {
+      const uint32_t g = g0 + bb * NT;
+      q[bb].len = 0;
+      if (g < t.ng) {
+        q[bb] = flat_group_of(p, t, g);
+        const int64_t base = (t.g0 + g) * 8;
+        load_group<D, V>(x + base, q[bb].len, v[bb]);
+        if (BWD) load_group<D, V>(dy + base, q[bb].len, w[bb]);
+      }
+    }
+#pragma unroll
+    for (int bb = 0; bb < B; bb++)
+      if (q[bb].len > 0) {
+        const K k0 = tab[q[bb].r];
+        const K k1 = q[bb].split < (uint32_t)q[bb].len ? tab[q[bb].r + 1] : k0;
+        float o[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          const K &k = (uint32_t)i < q[bb].split ? k0 : k1;
+          o[i] = BWD ? Arith<D>::belt(v[bb][i], w[bb][i], k) : Arith<D>::norm(v[bb][i], k);
+        }
+        store_group<D, V>(out + (t.g0 + (g0 + bb * NT)) * 8, q[bb].len, o);
+      }
   }
 }
 
@@ -120,17 +181,30 @@ __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typenam
   K k[8];
 #pragma unroll
   for (int i = 0; i < 8; i++) k[i] = tab[8 * tx + (i < clen ? i : 0)]; /* past C: any filled one (unused) */
+  /* B rows at a time, all loaded before the first store (see elemt_cf);
+   * fewer in the backward pass, whose coefficients already take registers */
+  constexpr int B = Batch<D, BWD>::value;
 #pragma unroll
-  for (int kk = 0; kk < GPT; kk++) {
-    const int64_t r = cl_row(p, t, ty, kk);
-    if (r < p.rows) {
-      const int64_t base = r * C + c0;
-      float v[8], w[8] = {}, o[8];
-      load_group<D, V>(x + base, clen, v);
-      if (BWD) load_group<D, V>(dy + base, clen, w);
+  for (int k0 = 0; k0 < GPT; k0 += B) {
+    float v[B][8], w[B][8];
 #pragma unroll
-      for (int i = 0; i < 8; i++) o[i] = BWD ? Arith<D>::belt(v[i], w[i], k[i]) : Arith<D>::norm(v[i], k[i]);
-      store_group<D, V>(out + base, clen, o);
+    for (int b = 0; b < B; b++) {
+      const int64_t r = cl_row(p, t, ty, k0 + b);
+      if (r < p.rows) {
+        load_group<D, V>(x + r * C + c0, clen, v[b]);
+        if (BWD) load_group<D, V>(dy + r * C + c0, clen, w[b]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++) {
+      const int64_t r = cl_row(p, t, ty, k0 + b);
+      if (r < p.rows) {
+        float o[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+          o[i] = BWD ? Arith<D>::belt(v[b][i], w[b][i], k[i]) : Arith<D>::norm(v[b][i], k[i]);
+        store_group<D, V>(out + r * C + c0, clen, o);
+      }
     }
   }
 }
@@ -151,6 +225,18 @@ int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_ge
       typedef typename D::S S;
       elemt_cl<D, decltype(vc)::value, BWD>
           <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, p, mean, a, b, c);
+      return launch_status();
+    });
+  }
+  const int full = 16 / dtype_size(g.dtype); /* values per 16-byte vector */
+  if (flat_fits(g.s) && vec_width(g.dtype, full, out, x, dyv) == full) {
+    const flat_plan p = flat_make(g.n * g.c * g.s, g.s, (int64_t)NT * gpt_of(g.dtype));
+    if (p.ntiles > INT32_MAX) return (int)cudaErrorInvalidValue;
+    return dispatch(g.dtype, full, [&](auto d, auto vc) {
+      typedef decltype(d) D;
+      typedef typename D::S S;
+      elemt_flat<D, decltype(vc)::value, BWD>
+          <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, g.c, p, mean, a, b, c);
       return launch_status();
     });
   }

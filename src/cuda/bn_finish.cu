@@ -10,13 +10,14 @@ constexpr int kThreads = 256;
 constexpr double kCumulative = -1.0;                 // SBN_MOMENTUM_CUMULATIVE
 constexpr int64_t kNbtMax = int64_t(1) << 53;        // SBN_NUM_BATCHES_TRACKED_MAX
 
-// One block: num_batches_tracked is read by every thread before thread 0
-// writes it, and C is small (a loop of C / 256 steps per thread).
+// A thread per channel. num_batches_tracked is read by every block and
+// written by the last block to finish (counted in f.done, which that block
+// resets for the next call), so no block reads the new value.
 __global__ void forward_finish(sbn_cuda_finish f, int batch_stats, int update) {
   const int64_t C = f.c;
   const double n = batch_stats ? f.payload[2 * C] : 0.0;
   if (batch_stats && n == 1) { // the deferred count error: change nothing else
-    if (threadIdx.x == 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
       *f.fwd_bad = 1;
       *(volatile int *)f.flag = 1;
       __threadfence_system();
@@ -24,17 +25,12 @@ __global__ void forward_finish(sbn_cuda_finish f, int batch_stats, int update) {
     return;
   }
   const int do_update = update && batch_stats && n > 0;
-  const int64_t old = do_update ? *f.nbt : 0;
+  const int64_t old = do_update ? *(volatile int64_t *)f.nbt : 0;
   const int64_t nbt = old < kNbtMax ? old + 1 : old; // saturates
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *f.fwd_bad = 0;
-    *f.saved_count = batch_stats ? n : 0.0;
-    if (do_update) *f.nbt = nbt;
-  }
   const double fac = f.momentum == kCumulative ? 1.0 / (double)nbt : f.momentum;
   const double unbias = n / (n - 1);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) {
     double mean, var = 0, invstd;
     if (!batch_stats) {
       mean = f.rm[c];
@@ -56,6 +52,14 @@ __global__ void forward_finish(sbn_cuda_finish f, int batch_stats, int update) {
     f.ka[c] = (f.affine ? (double)f.w[c] : 1.0) * invstd;
     f.kb[c] = f.affine ? (double)f.b[c] : 0.0;
   }
+  __syncthreads(); // every thread of this block has read nbt
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(f.done, 1u) != gridDim.x - 1) return;
+  *f.done = 0; // the last block: every block has read nbt
+  *f.fwd_bad = 0;
+  *f.saved_count = batch_stats ? n : 0.0;
+  if (do_update) *(volatile int64_t *)f.nbt = nbt;
 }
 
 __global__ void backward_finish(sbn_cuda_finish f, int synced, int want_dx, int batch_stats) {
@@ -86,7 +90,8 @@ __global__ void backward_finish(sbn_cuda_finish f, int synced, int want_dx, int 
 
 extern "C" int sbn_cuda_forward_finish(sbn_cuda_stream stream, const sbn_cuda_finish *f,
                                        int batch_stats, int update) {
-  forward_finish<<<1, kThreads, 0, stream>>>(*f, batch_stats, update);
+  const unsigned blocks = f->c > 0 ? (unsigned)((f->c + kThreads - 1) / kThreads) : 1;
+  forward_finish<<<blocks, kThreads, 0, stream>>>(*f, batch_stats, update);
   return (int)cudaGetLastError();
 }
 

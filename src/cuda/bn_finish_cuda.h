@@ -26,6 +26,7 @@ typedef struct sbn_cuda_finish {
   double *saved_count;                  /* the count of the saved statistics */
   int64_t *nbt;                         /* num_batches_tracked */
   int *fwd_bad;                         /* 1: the last forward found a count of 1 */
+  unsigned *done;                       /* forward_finish's count of finished blocks (0 between calls) */
   int *flag;                            /* host-mapped: set to 1 with fwd_bad (reported by the host) */
 } sbn_cuda_finish;
 

@@ -68,12 +68,33 @@ __device__ __forceinline__ void add_value(float v, float w, bool valid, double k
   }
 }
 
-/* Channels-first: block = (channel c, tile j of the channel's N rows). */
+/* A channel's merged sums to the pass's outputs. Statistics: out1 = n *
+ * mean, out2 = M2 + n * mean^2 from the shifted sums s, q and the shift k
+ * (see the file comment). Backward: the sums themselves. */
+template <bool STATS>
+__device__ __forceinline__ void put_sums(double s, double q, double k, double n, int64_t c, double *out1,
+                                         double *out2) {
+  if (STATS) {
+    const double mean = k + s / n;
+    double m2 = q - s * s / n; /* >= 0 up to rounding */
+    if (m2 < 0.0) m2 = 0.0;
+    out1[c] = n * mean;
+    out2[c] = m2 + n * mean * mean;
+  } else {
+    out1[c] = s;
+    out2[c] = q;
+  }
+}
+
+/* Channels-first: block = (channel c, tile j of the channel's N rows).
+ * A channel of one tile (small maps) writes its outputs itself (the merge
+ * is skipped); else the tile's partials go to part. */
 template <class D, int V, bool BWD>
 __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict__ x,
                                                 const typename D::S *__restrict__ dy,
                                                 const double *__restrict__ mean, int64_t C, cf_plan p,
-                                                double *__restrict__ part) {
+                                                double *__restrict__ part, double n, double *__restrict__ out1,
+                                                double *__restrict__ out2, double *__restrict__ count) {
   const int64_t c = blockIdx.x / p.ntiles, j = blockIdx.x - c * p.ntiles;
   const int64_t S = p.s;
   /* the shift (the channel's first value) or the mean */
@@ -81,27 +102,49 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
   const cf_tile t = cf_tile_of(p, j);
   const uint32_t ng = t.nr * t.gs;
   double as = 0.0, aq = 0.0;
-  for (uint32_t g = threadIdx.x; g < ng; g += NT) {
-    const cf_group q8 = cf_group_of(p, t, g);
-    const int64_t base = ((t.row0 + q8.r) * C + c) * S + q8.off;
-    float v[8], w[8] = {};
-    load_group<D, V>(x + base, q8.len, v);
-    if (BWD) load_group<D, V>(dy + base, q8.len, w);
+  /* groups threadIdx.x, + NT, + 2 NT, ... in order, B at a time: their
+   * loads are all issued before the first add */
+  constexpr int B = Batch<D, BWD>::value;
+  for (uint32_t g0 = threadIdx.x; g0 < ng; g0 += B * NT) {
+    float v[B][8], w[B][8];
+    int len[B];
 #pragma unroll
-    for (int i = 0; i < 8; i++) add_value<BWD>(v[i], w[i], i < q8.len, k, as, aq);
+    for (int b = 0; b < B; b++) {
+      const uint32_t g = g0 + b * NT;
+      len[b] = 0;
+      if (g < ng) {
+        const cf_group q8 = cf_group_of(p, t, g);
+        const int64_t base = ((t.row0 + q8.r) * C + c) * S + q8.off;
+        len[b] = q8.len;
+        load_group<D, V>(x + base, q8.len, v[b]);
+        if (BWD) load_group<D, V>(dy + base, q8.len, w[b]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++)
+      if (len[b] > 0) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) add_value<BWD>(v[b][i], BWD ? w[b][i] : 0.0f, i < len[b], k, as, aq);
+      }
   }
   block_sum2(as, aq);
-  if (threadIdx.x == 0) {
+  if (threadIdx.x != 0) return;
+  if (p.ntiles == 1) {
+    /* 0 + s as the merge's first addition has it (-0 becomes +0), so the
+     * bits are those of a merge of one partial */
+    put_sums<!BWD>(__dadd_rn(0.0, as), __dadd_rn(0.0, aq), k, n, c, out1, out2);
+    if (!BWD && c == 0) *count = n;
+  } else {
     part[2 * blockIdx.x] = as; /* = 2 * (c * ntiles + j) */
     part[2 * blockIdx.x + 1] = aq;
   }
 }
 
-/* Rows of C channels: block = (row tile, channel block); thread (tx, ty)
- * sums channels [c0, c0 + 8) over rows ty, ty + TY, ... of the tile (GPT
- * rows), then the block adds the TY threads of each tx in a fixed
- * butterfly (within a warp) and in warp order (across warps). Partials:
- * part[(2 * row_tile + {0, 1}) * C + c]. */
+/* Rows of C channels: block = (chunk of tpc row tiles, channel block);
+ * thread (tx, ty) sums channels [c0, c0 + 8) over rows ty, ty + TY, ... of
+ * each tile of the chunk (GPT rows a tile, tiles in order), then the block
+ * adds the TY threads of each tx in a fixed butterfly (within a warp) and
+ * in warp order (across warps). Partials: part[(2 * chunk + {0, 1}) * C + c]. */
 template <class D, int V, bool BWD>
 __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict__ x,
                                                 const typename D::S *__restrict__ dy,
@@ -110,7 +153,9 @@ __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict_
   constexpr int GPT = Gpt<D>::value;
   __shared__ double sh[WARPS][MAX_TX][16];
   const int64_t C = p.c;
-  const cl_tile t = cl_tile_of(p, blockIdx.x);
+  const int64_t chunk = blockIdx.x / p.ncb;
+  cl_tile t;
+  t.cb = blockIdx.x - chunk * p.ncb;
   const int tx = threadIdx.x & (p.tx - 1), ty = threadIdx.x / p.tx;
   const int64_t c0 = cl_c0(p, t, tx);
   const int clen = cl_clen(p, c0);
@@ -120,16 +165,30 @@ __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict_
     k[i] = 0.0, a[i] = 0.0, a[8 + i] = 0.0;
     if (i < clen) k[i] = BWD ? mean[c0 + i] : (double)D::ld(x[c0 + i]); /* shift: the channel's value in row 0 */
   }
+  const int64_t tend = (chunk + 1) * p.tpc < p.nrt ? (chunk + 1) * p.tpc : p.nrt;
   if (clen > 0) {
+    /* B rows at a time: their loads are all issued before the first add */
+    constexpr int B = Batch<D, BWD>::value;
+    for (t.rti = chunk * p.tpc; t.rti < tend; t.rti++) {
 #pragma unroll
-    for (int kk = 0; kk < GPT; kk++) {
-      const int64_t r = cl_row(p, t, ty, kk);
-      if (r < p.rows) {
-        float v[8], w[8] = {};
-        load_group<D, V>(x + r * C + c0, clen, v);
-        if (BWD) load_group<D, V>(dy + r * C + c0, clen, w);
+      for (int k0 = 0; k0 < GPT; k0 += B) {
+        float v[B][8], w[B][8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) add_value<BWD>(v[i], w[i], i < clen, k[i], a[i], a[8 + i]);
+        for (int b = 0; b < B; b++) {
+          const int64_t r = cl_row(p, t, ty, k0 + b);
+          if (r < p.rows) {
+            load_group<D, V>(x + r * C + c0, clen, v[b]);
+            if (BWD) load_group<D, V>(dy + r * C + c0, clen, w[b]);
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+          if (cl_row(p, t, ty, k0 + b) < p.rows) {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+              add_value<BWD>(v[b][i], BWD ? w[b][i] : 0.0f, i < clen, k[i], a[i], a[8 + i]);
+          }
+        }
       }
     }
   }
@@ -148,8 +207,36 @@ __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict_
 #pragma unroll
     for (int i = 1; i < WARPS; i++) sum += sh[i][ttx][comp];
     const int64_t c = cl_c0(p, t, ttx) + comp % 8;
-    if (c < C) part[(2 * t.rti + comp / 8) * C + c] = sum;
+    if (c < C) part[(2 * chunk + comp / 8) * C + c] = sum;
   }
+}
+
+/* Merge of the rows layout's chunk partials, coalesced: block = 32
+ * channels x MW warps; lane l of warp w adds chunks w, w + MW, ... of channel
+ * 32 blockIdx.x + l in order, then warp 0 adds the MW warps' sums in warp
+ * order. Then as merge (below). */
+constexpr int MW = 32;
+template <class D, bool STATS>
+__global__ void __launch_bounds__(32 * MW) merge_rows(const double *__restrict__ part, int64_t C, int64_t nch,
+                                                      const typename D::S *__restrict__ x, double n,
+                                                      double *__restrict__ out1, double *__restrict__ out2,
+                                                      double *__restrict__ count) {
+  __shared__ double sh[2][MW][33];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int64_t c = (int64_t)blockIdx.x * 32 + lane;
+  if (STATS && blockIdx.x == 0 && threadIdx.x == 0) *count = n;
+  double s = 0.0, q = 0.0;
+  if (c < C)
+    for (int64_t j = w; j < nch; j += MW) {
+      s += part[2 * j * C + c];
+      q += part[(2 * j + 1) * C + c];
+    }
+  sh[0][w][lane] = s, sh[1][w][lane] = q;
+  __syncthreads();
+  if (w != 0 || c >= C) return;
+  s = sh[0][0][lane], q = sh[1][0][lane];
+  for (int i = 1; i < MW; i++) s += sh[0][i][lane], q += sh[1][i][lane];
+  put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c]) : 0.0, n, c, out1, out2);
 }
 
 /* Merge: warp per channel; the tile partials of channel c are
@@ -179,17 +266,7 @@ __global__ void __launch_bounds__(NT) merge(const double *__restrict__ part, int
     q += __shfl_xor_sync(0xffffffffu, q, o);
   }
   if (lane != 0) return;
-  if (STATS) {
-    const double k = (double)D::ld(x[c * ks]);
-    const double mean = k + s / n;
-    double m2 = q - s * s / n; /* >= 0 up to rounding */
-    if (m2 < 0.0) m2 = 0.0;
-    out1[c] = n * mean;
-    out2[c] = m2 + n * mean * mean;
-  } else {
-    out1[c] = s;
-    out2[c] = q;
-  }
+  put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c * ks]) : 0.0, n, c, out1, out2);
 }
 
 __global__ void zero_sums(double *a, double *b, double *count, int64_t C) {
@@ -227,9 +304,9 @@ int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, do
       typedef decltype(d) D;
       typedef typename D::S S;
       reduce_cl<D, decltype(vc)::value, BWD>
-          <<<(unsigned)p.ntiles, NT, 0, st>>>((const S *)x, (const S *)dy, mean, p, part);
-      merge<D, !BWD><<<merge_blocks, NT, 0, st>>>(part, C, p.nrt, 2 * C, 1, C, (const S *)x, 1, n, out1,
-                                                   out2, count);
+          <<<(unsigned)(p.nch * p.ncb), NT, 0, st>>>((const S *)x, (const S *)dy, mean, p, part);
+      merge_rows<D, !BWD><<<(unsigned)((C + 31) / 32), 32 * MW, 0, st>>>(part, C, p.nch, (const S *)x, n, out1,
+                                                                        out2, count);
       return launch_status();
     });
   }
@@ -238,10 +315,11 @@ int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, do
   return dispatch(g.dtype, v, [&](auto d, auto vc) {
     typedef decltype(d) D;
     typedef typename D::S S;
-    reduce_cf<D, decltype(vc)::value, BWD>
-        <<<(unsigned)(C * p.ntiles), NT, 0, st>>>((const S *)x, (const S *)dy, mean, C, p, part);
-    merge<D, !BWD><<<merge_blocks, NT, 0, st>>>(part, C, p.ntiles, 2, 2 * p.ntiles, 1, (const S *)x, g.s,
-                                                 n, out1, out2, count);
+    reduce_cf<D, decltype(vc)::value, BWD><<<(unsigned)(C * p.ntiles), NT, 0, st>>>(
+        (const S *)x, (const S *)dy, mean, C, p, part, n, out1, out2, count);
+    if (p.ntiles > 1)
+      merge<D, !BWD><<<merge_blocks, NT, 0, st>>>(part, C, p.ntiles, 2, 2 * p.ntiles, 1, (const S *)x, g.s, n,
+                                                   out1, out2, count);
     return launch_status();
   });
 }

@@ -93,8 +93,8 @@ static sbn_status cuda_create(sbn_dev_layer *L, const char *call) {
     return cuda_fail(e, call, "cudaSetDevice");
   }
   const size_t C = (size_t)L->opt.num_features;
-  /* payload 2C+1 | local 2C | mean, invstd, ka, kb, kc 5C | saved_count | nbt | fwd_bad */
-  const size_t nd = (2 * C + 1) + 2 * C + 5 * C + 3;
+  /* payload 2C+1 | local 2C | mean, invstd, ka, kb, kc 5C | saved_count | nbt | fwd_bad | done */
+  const size_t nd = (2 * C + 1) + 2 * C + 5 * C + 4;
   float *ones = malloc(C * sizeof *ones);
   const char *what = "cudaMalloc";
   if (!ones) e = cudaErrorMemoryAllocation;
@@ -142,7 +142,8 @@ static sbn_status cuda_create(sbn_dev_layer *L, const char *call) {
   f->kc = p, p += C;
   f->saved_count = p++;
   f->nbt = (int64_t *)p++; /* zeroed words: 0 as int64 and int */
-  f->fwd_bad = (int *)p;
+  f->fwd_bad = (int *)p++;
+  f->done = (unsigned *)p;
   f->flag = flag_dev;
   leave(k, prev);
   return SBN_STATUS_OK;

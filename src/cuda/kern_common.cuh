@@ -44,6 +44,7 @@ constexpr int WARPS = NT / 32;
 constexpr int MAX_TX = 8;         /* rows layout: at most 8 x 8 = 64 channels per tile */
 constexpr int64_t MAX_RPT_ELEMT = 256; /* channels-first elementwise: rows per tile (coefficient table) */
 
+
 /* ---- storage types: bits in memory, float32 in registers ---- */
 
 struct DF32 {
@@ -65,6 +66,22 @@ struct DF16 {
 /* groups per thread (see the header comment) */
 template <class D> struct Gpt { static constexpr int value = sizeof(typename D::S) == 4 ? 4 : 8; };
 static inline int gpt_of(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 8; }
+/* Groups a thread loads before it uses the first one: more bytes in
+ * flight, more registers. Measured on an H100 (BENCHMARKS.md): float32
+ * gains from 4 (2 in the passes that read two tensors), 16-bit storage,
+ * whose float64 arithmetic per byte is twice float32's, loses occupancy
+ * with any batch and takes 1. The order of the additions does not depend
+ * on it. SBN_CUDA_BATCH (1, 2 or 4) overrides it for every dtype, to
+ * measure. */
+template <class D, bool TWO = false> struct Batch {
+#ifdef SBN_CUDA_BATCH
+  static constexpr int base = SBN_CUDA_BATCH;
+#else
+  static constexpr int base = sizeof(typename D::S) == 4 ? 4 : 1;
+#endif
+  static constexpr int value = TWO && base > 1 ? base / 2 : base;
+  static_assert(base == 1 || base == 2 || base == 4, "SBN_CUDA_BATCH: 1, 2 or 4");
+};
 static inline int dtype_size(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 2; }
 
 /* ---- groups of 8 values ---- */
@@ -241,7 +258,71 @@ __host__ __device__ __forceinline__ cf_group cf_group_of(const cf_plan &p, const
   return q;
 }
 
-/* Rows of C channels (channels-last, or S = 1). */
+/* Channels-first elementwise passes over rows of S values where S is not
+ * a multiple of 8 (7x7 and 14x14 maps): the tensor as one flat array cut
+ * into groups of 8 from its start, so every full group is one aligned
+ * vector whatever S is. A group meets at most two rows (S >= 8). A tile is
+ * tg consecutive groups whose rows, at most MAX_RPT_ELEMT, have their
+ * coefficients converted into shared memory first. Elementwise results do
+ * not depend on how values are grouped, so this changes no bit. */
+struct flat_plan {
+  int64_t numel, s;
+  int64_t ngroups; /* groups of 8 values (the last one shorter when 8 does not divide numel) */
+  int64_t tg;      /* groups per tile */
+  int64_t ntiles;
+};
+static inline bool flat_fits(int64_t s) { return s >= 8 && s % 8 != 0 && s <= INT32_MAX; }
+static inline flat_plan flat_make(int64_t numel, int64_t s, int64_t tile_groups) {
+  flat_plan p;
+  p.numel = numel, p.s = s;
+  p.ngroups = (numel + 7) / 8;
+  /* rows met by a tile starting anywhere: at most (8 tg - 1) / S + 2 */
+  const int64_t most = ((MAX_RPT_ELEMT - 2) * s + 1) / 8;
+  p.tg = tile_groups < most ? tile_groups : most;
+  if (p.tg < 1) p.tg = 1;
+  p.ntiles = (p.ngroups + p.tg - 1) / p.tg;
+  return p;
+}
+/* Tile j: groups [g0, g0 + ng); its first value lies in row row0, at
+ * position pos0 of that row; rows [row0, row0 + nrows) are its table. */
+struct flat_tile {
+  int64_t g0, row0;
+  uint32_t ng, pos0, nrows;
+};
+__host__ __device__ __forceinline__ flat_tile flat_tile_of(const flat_plan &p, int64_t j) {
+  flat_tile t;
+  t.g0 = j * p.tg;
+  const int64_t ng = p.ngroups - t.g0;
+  t.ng = (uint32_t)(ng < p.tg ? ng : p.tg);
+  const int64_t v0 = t.g0 * 8, v1 = (t.g0 + t.ng) * 8 < p.numel ? (t.g0 + t.ng) * 8 : p.numel;
+  t.row0 = v0 / p.s;
+  t.pos0 = (uint32_t)(v0 - t.row0 * p.s);
+  t.nrows = (uint32_t)((v1 - 1) / p.s - t.row0 + 1);
+  return t;
+}
+/* Group g (< ng) of a tile: its first value's table row r and position
+ * off within that row, split = values in row r (the rest are in r + 1),
+ * len values (1..8). */
+struct flat_group {
+  uint32_t r, split;
+  int len;
+};
+__host__ __device__ __forceinline__ flat_group flat_group_of(const flat_plan &p, const flat_tile &t, uint32_t g) {
+  flat_group q;
+  const uint32_t s = (uint32_t)p.s;
+  const uint32_t pos = t.pos0 + 8 * g;
+  q.r = pos / s;
+  const uint32_t off = pos - q.r * s;
+  q.split = s - off < 8 ? s - off : 8;
+  const int64_t left = p.numel - (t.g0 + g) * 8;
+  q.len = left < 8 ? (int)left : 8;
+  return q;
+}
+
+/* Rows of C channels (channels-last, or S = 1). The elementwise passes run
+ * a block per tile; the reductions a block per chunk of tpc consecutive row
+ * tiles and one channel block, so that each thread adds many rows before the
+ * block's fixed-order combine, and a channel has nch partials, not nrt. */
 struct cl_plan {
   int64_t rows, c;
   int tx, ty;   /* threads across channel groups (power of 2, <= MAX_TX) and across rows */
@@ -250,7 +331,15 @@ struct cl_plan {
   int64_t rt;   /* rows per tile = ty * GPT */
   int64_t nrt;  /* row tiles */
   int64_t ntiles;
+  int64_t tpc;  /* reductions: row tiles per chunk */
+  int64_t nch;  /* reductions: chunks (partials per channel); blocks = nch * ncb */
 };
+
+/* Reductions of the rows layout aim at about this many blocks (several per
+ * multiprocessor, so that the last wave is short), fewer when each chunk
+ * would hold less than one tile. A constant, not the device's size: the
+ * chunks fix the order of the additions, which must not depend on the GPU. */
+constexpr int64_t CL_REDUCE_BLOCKS = 512;
 
 static inline cl_plan cl_make(int64_t rows, int64_t c, int gpt) {
   cl_plan p;
@@ -264,6 +353,9 @@ static inline cl_plan cl_make(int64_t rows, int64_t c, int gpt) {
   p.rt = (int64_t)p.ty * gpt;
   p.nrt = (rows + p.rt - 1) / p.rt;
   p.ntiles = p.nrt * p.ncb;
+  p.tpc = p.ntiles / CL_REDUCE_BLOCKS;
+  if (p.tpc < 1) p.tpc = 1;
+  p.nch = (p.nrt + p.tpc - 1) / p.tpc;
   return p;
 }
 
@@ -292,11 +384,11 @@ __host__ __device__ __forceinline__ int64_t cl_row(const cl_plan &p, const cl_ti
 
 static inline bool rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST || g.s == 1; }
 
-/* Tiles of the reduction passes (identical for statistics and backward
- * reduce), and the doubles of partial sums they write: two per channel per
- * tile. */
+/* Partials per channel of the reduction passes (identical for statistics
+ * and backward reduce): tiles (channels-first) or chunks (rows layout); two
+ * doubles each. */
 static inline int64_t reduce_tiles_per_channel(sbn_geom g) {
-  if (rows_layout(g)) return cl_make(g.n * g.s, g.c, gpt_of(g.dtype)).nrt;
+  if (rows_layout(g)) return cl_make(g.n * g.s, g.c, gpt_of(g.dtype)).nch;
   return cf_make(g.n, g.s, (int64_t)NT * gpt_of(g.dtype), INT64_MAX).ntiles;
 }
 

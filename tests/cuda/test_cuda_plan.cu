@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "../../src/cuda/kern_common.cuh"
@@ -51,21 +52,30 @@ static void check_reduce(sbn_geom g, bool verbose) {
     const cl_plan p = cl_make(N * S, C, gpt_of(g.dtype));
     const int gpt = gpt_of(g.dtype);
     REQUIRE(p.tx >= 1 && p.tx <= MAX_TX && (p.tx & (p.tx - 1)) == 0 && p.tx * p.ty == NT, "tx %d ty %d", p.tx, p.ty);
-    REQUIRE(p.nrt == tiles, "nrt %lld tiles %lld", (long long)p.nrt, (long long)tiles);
-    blocks = p.ntiles;
-    for (int64_t b = 0; b < p.ntiles; b++) {
-      const cl_tile t = cl_tile_of(p, b);
+    REQUIRE(p.nch == tiles, "nch %lld tiles %lld", (long long)p.nch, (long long)tiles);
+    REQUIRE(p.tpc >= 1 && (p.nch - 1) * p.tpc < p.nrt && p.nch * p.tpc >= p.nrt, "chunks %lld x %lld, %lld tiles",
+            (long long)p.nch, (long long)p.tpc, (long long)p.nrt);
+    blocks = p.nch * p.ncb;
+    for (int64_t b = 0; b < blocks; b++) {
+      /* reduce_cl: block = (chunk, channel block), the chunk's tiles in order */
+      const int64_t chunk = b / p.ncb;
+      cl_tile t;
+      t.cb = b - chunk * p.ncb;
+      t.rti = chunk;
+      const int64_t tend = (chunk + 1) * p.tpc < p.nrt ? (chunk + 1) * p.tpc : p.nrt;
       for (int tid = 0; tid < NT; tid++) {
         const int tx = tid & (p.tx - 1), ty = tid / p.tx;
         const int64_t c0 = cl_c0(p, t, tx);
         const int clen = cl_clen(p, c0);
         REQUIRE(c0 % 8 == 0, "c0 %lld", (long long)c0);
         if (clen == 0) continue;
-        for (int k = 0; k < gpt; k++) {
-          const int64_t r = cl_row(p, t, ty, k);
-          if (r >= p.rows) continue;
-          for (int i = 0; i < clen; i++) seen[(size_t)(r * C + c0 + i)]++;
-        }
+        cl_tile tt = t;
+        for (tt.rti = chunk * p.tpc; tt.rti < tend; tt.rti++)
+          for (int k = 0; k < gpt; k++) {
+            const int64_t r = cl_row(p, tt, ty, k);
+            if (r >= p.rows) continue;
+            for (int i = 0; i < clen; i++) seen[(size_t)(r * C + c0 + i)]++;
+          }
       }
       /* the block's writers: threads < 16 tx, channel cl_c0(ttx) + comp % 8 */
       for (int tid = 0; tid < 16 * p.tx; tid++) {
@@ -77,9 +87,9 @@ static void check_reduce(sbn_geom g, bool verbose) {
         if (idx >= 0 && idx < cap) written[(size_t)idx]++;
       }
     }
-    /* merge<...>(part, C, nrt, sj = 2C, sc = 1, oq = C) */
+    /* merge_rows: part[2 j C + c] and part[(2 j + 1) C + c], j < nch */
     for (int64_t c = 0; c < C; c++)
-      for (int64_t j = 0; j < p.nrt; j++) {
+      for (int64_t j = 0; j < p.nch; j++) {
         const int64_t a = j * 2 * C + c;
         REQUIRE(a + C < cap && written[(size_t)a] == 1 && written[(size_t)(a + C)] == 1, "merge c %lld j %lld", (long long)c, (long long)j);
       }
@@ -100,11 +110,12 @@ static void check_reduce(sbn_geom g, bool verbose) {
           const int64_t base = ((t.row0 + q.r) * C + c) * S + q.off;
           for (int i = 0; i < q.len; i++) seen[(size_t)(base + i)]++;
         }
+      if (p.ntiles == 1) continue; /* one tile a channel: the block writes the outputs, no partials */
       REQUIRE(2 * b + 1 < cap, "partial");
       if (2 * b + 1 < cap) written[(size_t)(2 * b)]++, written[(size_t)(2 * b + 1)]++;
     }
-    /* merge<...>(part, C, ntiles, sj = 2, sc = 2 ntiles, oq = 1) */
-    for (int64_t c = 0; c < C; c++)
+    /* merge<...>(part, C, ntiles, sj = 2, sc = 2 ntiles, oq = 1), when ntiles > 1 */
+    for (int64_t c = 0; c < C && p.ntiles > 1; c++)
       for (int64_t j = 0; j < p.ntiles; j++) {
         const int64_t a = j * 2 + c * 2 * p.ntiles;
         REQUIRE(written[(size_t)a] == 1 && written[(size_t)(a + 1)] == 1, "merge c %lld j %lld", (long long)c, (long long)j);
@@ -172,6 +183,33 @@ static void check_elemt(sbn_geom g, bool verbose) {
   int64_t bad = 0;
   for (int64_t i = 0; i < numel; i++) bad += seen[(size_t)i] != 1;
   REQUIRE(bad == 0, "%lld values not visited exactly once (elementwise)", (long long)bad);
+  if (!rows_layout(g) && flat_fits(S)) { /* elemt_flat, when the pointers are aligned */
+    const flat_plan p = flat_make(numel, S, (int64_t)NT * gpt_of(g.dtype));
+    std::fill(seen.begin(), seen.end(), 0);
+    REQUIRE(p.ntiles <= INT32_MAX, "flat grid");
+    for (int64_t b = 0; b < p.ntiles; b++) {
+      const flat_tile t = flat_tile_of(p, b);
+      REQUIRE(t.nrows >= 1 && t.nrows <= MAX_RPT_ELEMT, "flat tile rows %u", t.nrows);
+      const int64_t ch0 = t.row0 % C;
+      for (int tid = 0; tid < NT; tid++)
+        for (uint32_t gg = tid; gg < t.ng; gg += NT) {
+          const flat_group q = flat_group_of(p, t, gg);
+          const int64_t base = (t.g0 + gg) * 8;
+          REQUIRE(q.len >= 1 && q.len <= 8 && base + q.len <= numel && q.split >= 1, "flat group");
+          for (int i = 0; i < q.len; i++) {
+            const uint32_t r = q.r + ((uint32_t)i < q.split ? 0 : 1); /* the kernel's table row */
+            const int64_t v = base + i, row = v / S;
+            REQUIRE(r < t.nrows && t.row0 + r == row && (ch0 + r) % C == row % C, "flat value %lld: row %lld, table %u",
+                    (long long)v, (long long)row, r);
+            seen[(size_t)v]++;
+          }
+        }
+    }
+    bad = 0;
+    for (int64_t i = 0; i < numel; i++) bad += seen[(size_t)i] != 1;
+    REQUIRE(bad == 0, "%lld values not visited exactly once (flat elementwise)", (long long)bad);
+    if (verbose) printf("  elementwise (flat, aligned pointers): %lld blocks\n", (long long)p.ntiles);
+  }
   if (verbose) printf("  elementwise: %lld blocks\n", (long long)blocks);
 }
 
