@@ -173,14 +173,7 @@ __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict_
 #pragma unroll
       for (int k0 = 0; k0 < GPT; k0 += B) {
         float v[B][8], w[B][8];
-#pragma unroll
-        for (int b = 0; b < B; b++) {
-          const int64_t r = cl_row(p, t, ty, k0 + b);
-          if (r < p.rows) {
-            load_group<D, V>(x + r * C + c0, clen, v[b]);
-            if (BWD) load_group<D, V>(dy + r * C + c0, clen, w[b]);
-          }
-        }
+        cl_load_rows<D, V, B, BWD>(p, t, ty, k0, x, dy, c0, clen, v, w);
 #pragma unroll
         for (int b = 0; b < B; b++) {
           if (cl_row(p, t, ty, k0 + b) < p.rows) {

@@ -382,6 +382,23 @@ __host__ __device__ __forceinline__ int64_t cl_row(const cl_plan &p, const cl_ti
   return t.rti * p.rt + ty + (int64_t)k * p.ty;
 }
 
+/* Rows k0 .. k0 + B - 1 of thread (tx, ty)'s GPT rows of a rows-layout
+ * tile: its channels [c0, c0 + clen) of x into v and, when TWO, of dy into
+ * w (rows past the end are skipped; callers test cl_row < rows again). */
+template <class D, int V, int B, bool TWO>
+__device__ __forceinline__ void cl_load_rows(const cl_plan &p, const cl_tile &t, int ty, int k0,
+                                             const typename D::S *x, const typename D::S *dy, int64_t c0,
+                                             int clen, float v[B][8], float w[B][8]) {
+#pragma unroll
+  for (int b = 0; b < B; b++) {
+    const int64_t r = cl_row(p, t, ty, k0 + b);
+    if (r < p.rows) {
+      load_group<D, V>(x + r * p.c + c0, clen, v[b]);
+      if (TWO) load_group<D, V>(dy + r * p.c + c0, clen, w[b]);
+    }
+  }
+}
+
 static inline bool rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST || g.s == 1; }
 
 /* Partials per channel of the reduction passes (identical for statistics
