@@ -111,3 +111,10 @@ EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_cuda_devic
 endif
 endif
 endif
+
+# For scripts/gpu-check.sh's benchmark variants: the kernel sources and nvcc.
+.PHONY: print-cuda-kernels print-nvcc
+print-cuda-kernels:
+	@printf '%s\n' $(CUDA_KERNELS)
+print-nvcc:
+	@printf '%s\n' '$(NVCC)'

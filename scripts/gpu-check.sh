@@ -12,6 +12,12 @@
 #                                         as build/gpu.tar.xz (about 9 MB; the
 #                                         folder is 90 MB: fat binaries and
 #                                         OpenBLAS)
+#   GPU_CHECK_VARIANTS="NAME:FLAGS ..." scripts/gpu-check.sh --stage
+#                                         also stages benchmark variants:
+#                                         the kernels compiled (sm_90) with
+#                                         FLAGS added (e.g. b1:-DSBN_CUDA_BATCH=1),
+#                                         as build/gpu/bench/syncbn-bench-gpu-NAME;
+#                                         the check runs each after the benchmark
 #   scripts/gpu-check.sh LOGDIR [--pack]  on the GPU machine: runs from
 #                                         build/gpu (unpacked from
 #                                         build/gpu.tar.xz when only that came
@@ -36,6 +42,25 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
 STAGE=build/gpu
+
+# A benchmark variant: the kernels with extra nvcc flags, in a copy of
+# libsyncbn_cuda.a, linked as make links the benchmark.
+stage_variant() {
+  local name=$1 flags=$2 dir=build/variants/$1
+  rm -rf "$dir" && mkdir -p "$dir"
+  cp build/libsyncbn_cuda.a "$dir/"
+  for cu in $(make -s print-cuda-kernels); do
+    nvcc=$(make -s print-nvcc)
+    $nvcc -std=c++17 -O3 $flags -gencode arch=compute_90,code=sm_90 -Iinclude -Xcompiler -fPIC,-fvisibility=hidden \
+      -c "$cu" -o "$dir/$(basename "$cu").o"
+  done
+  (cd "$dir" && ar r libsyncbn_cuda.a ./*.cu.o)
+  local link
+  link=$(make -s -n -W bench/gpu/bench_gpu.c build/bench/syncbn-bench-gpu | grep -- '-o build/bench/syncbn-bench-gpu')
+  link=${link//build\/libsyncbn_cuda.a/$dir\/libsyncbn_cuda.a}
+  eval "${link//-o build\/bench\/syncbn-bench-gpu/-o $STAGE/bench/syncbn-bench-gpu-$name}"
+  echo "variant $name ($flags): $STAGE/bench/syncbn-bench-gpu-$name"
+}
 
 stage() {
   set -e
@@ -65,6 +90,7 @@ stage() {
       *) cp -L "$lib" "$STAGE/lib/" ;;
     esac
   done
+  for v in ${GPU_CHECK_VARIANTS:-}; do stage_variant "${v%%:*}" "${v#*:}"; done
   echo "staged in $STAGE: $(find "$STAGE/tests" "$STAGE/bench" -type f | wc -l) programs; libraries: $(ls "$STAGE/lib" | tr '\n' ' ')"
   du -sh "$STAGE"
   tar -C build -cf - gpu | xz -6 -T2 >"$STAGE.tar.xz"
@@ -163,6 +189,9 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   else
     NAMES+=(bench-gpu); RESULTS+=("FAIL(not built: the CUDA layer's API is missing)")
   fi
+  for vb in "$BENCH"-*; do
+    [ -x "$vb" ] && step "bench-${vb##*/syncbn-bench-gpu-}" 120 "$vb" --no-nccl ${GPU_CHECK_BENCH_ARGS:-}
+  done
   step torch-chain 300 "$PYTHON" bench/gpu/torch_chain.py ${GPU_CHECK_BENCH_ARGS:-}
   if [ -s "$LOG/bench-gpu.log" ] && [ -s "$LOG/torch-chain.log" ]; then
     # GPU time against GPU time (both captured in graphs), then our calls
