@@ -16,8 +16,9 @@
 #                                         also stages benchmark variants:
 #                                         the kernels compiled (sm_90) with
 #                                         FLAGS added (e.g. b1:-DSBN_CUDA_BATCH=1),
-#                                         as build/gpu/bench/syncbn-bench-gpu-NAME;
-#                                         the check runs each after the benchmark
+#                                         as build/gpu/bench/syncbn-bench-gpu-NAME
+#                                         and build/gpu/tests/test_cuda_kernels-NAME;
+#                                         the check runs both after the benchmark
 #   scripts/gpu-check.sh LOGDIR [--pack]  on the GPU machine: runs from
 #                                         build/gpu (unpacked from
 #                                         build/gpu.tar.xz when only that came
@@ -59,7 +60,13 @@ stage_variant() {
   link=$(make -s -n -W bench/gpu/bench_gpu.c build/bench/syncbn-bench-gpu | grep -- '-o build/bench/syncbn-bench-gpu')
   link=${link//build\/libsyncbn_cuda.a/$dir\/libsyncbn_cuda.a}
   eval "${link//-o build\/bench\/syncbn-bench-gpu/-o $STAGE/bench/syncbn-bench-gpu-$name}"
-  echo "variant $name ($flags): $STAGE/bench/syncbn-bench-gpu-$name"
+  # the kernel test too, so that a variant's numerics are checked in the same run
+  make -s build/tests/cuda/test_cuda_kernels.cu.o
+  link=$(make -s -n -W tests/cuda/test_cuda_kernels.cu build/tests/cuda/test_cuda_kernels |
+         grep -- '-o build/tests/cuda/test_cuda_kernels ')
+  link=${link//build\/libsyncbn_cuda.a/$dir\/libsyncbn_cuda.a}
+  eval "${link//-o build\/tests\/cuda\/test_cuda_kernels /-o $STAGE/tests/test_cuda_kernels-$name }"
+  echo "variant $name ($flags): $STAGE/bench/syncbn-bench-gpu-$name, $STAGE/tests/test_cuda_kernels-$name"
 }
 
 stage() {
@@ -190,10 +197,13 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
     NAMES+=(bench-gpu); RESULTS+=("FAIL(not built: the CUDA layer's API is missing)")
   fi
   for vb in "$BENCH"-*; do
-    [ -x "$vb" ] && step "bench-${vb##*/syncbn-bench-gpu-}" 120 "$vb" --no-nccl ${GPU_CHECK_BENCH_ARGS:-}
+    [ -x "$vb" ] || continue
+    vt=$(dirname "$(dirname "$vb")")/tests/test_cuda_kernels-${vb##*/syncbn-bench-gpu-}
+    [ -x "$vt" ] && step "${vt##*/}" 120 "$vt"
+    step "bench-${vb##*/syncbn-bench-gpu-}" 120 "$vb" --no-nccl ${GPU_CHECK_BENCH_ARGS:-}
   done
   step torch-chain 300 "$PYTHON" bench/gpu/torch_chain.py ${GPU_CHECK_BENCH_ARGS:-}
-  if [ -s "$LOG/bench-gpu.log" ] && [ -s "$LOG/torch-chain.log" ]; then
+  if grep -q '^ROW ' "$LOG/bench-gpu.log" 2>/dev/null && grep -q '^ROW ' "$LOG/torch-chain.log" 2>/dev/null; then
     # GPU time against GPU time (both captured in graphs), then our calls
     # as a program makes them (the host's calls included)
     step speedup 30 bash -c '"$0" bench/gpu/combine.py "$1" "$2" --ours syncbn-graph && echo &&
