@@ -38,6 +38,12 @@ typedef struct sbn_cuda_ws {
   size_t cap; /* bytes */
 } sbn_cuda_ws;
 
+/* Test hook: the rows layout's reductions aim at this many blocks instead
+ * of CL_REDUCE_BLOCKS (kern_common.cuh), so that small test shapes get
+ * chunks of several row tiles; 0 restores the default. Not thread-safe;
+ * reserve the workspace after setting it. */
+void sbn_cuda_set_reduce_blocks(int64_t blocks);
+
 /* Make ws large enough for g on the current device (cudaMalloc; never
  * during stream capture once reserved). 0, or the cudaError_t (ws unchanged). */
 int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g);

@@ -319,6 +319,12 @@ int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, do
 
 } /* namespace */
 
+static int64_t reduce_blocks_target = CL_REDUCE_BLOCKS;
+int64_t sbn_cuda::sbn_cuda_reduce_blocks(void) { return reduce_blocks_target; }
+extern "C" void sbn_cuda_set_reduce_blocks(int64_t blocks) {
+  reduce_blocks_target = blocks > 0 ? blocks : CL_REDUCE_BLOCKS;
+}
+
 extern "C" int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g) {
   if (!ws || !geom_ok(g)) return (int)cudaErrorInvalidValue;
   if (g.n == 0 || g.c == 0 || g.s == 0) return 0;

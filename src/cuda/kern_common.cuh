@@ -340,6 +340,8 @@ struct cl_plan {
  * would hold less than one tile. A constant, not the device's size: the
  * chunks fix the order of the additions, which must not depend on the GPU. */
 constexpr int64_t CL_REDUCE_BLOCKS = 512;
+/* The target in use: CL_REDUCE_BLOCKS, or a test's (sbn_cuda_set_reduce_blocks). */
+int64_t sbn_cuda_reduce_blocks(void);
 
 static inline cl_plan cl_make(int64_t rows, int64_t c, int gpt) {
   cl_plan p;
@@ -353,7 +355,7 @@ static inline cl_plan cl_make(int64_t rows, int64_t c, int gpt) {
   p.rt = (int64_t)p.ty * gpt;
   p.nrt = (rows + p.rt - 1) / p.rt;
   p.ntiles = p.nrt * p.ncb;
-  p.tpc = p.ntiles / CL_REDUCE_BLOCKS;
+  p.tpc = p.ntiles / sbn_cuda_reduce_blocks();
   if (p.tpc < 1) p.tpc = 1;
   p.nch = (p.nrt + p.tpc - 1) / p.tpc;
   return p;

@@ -79,6 +79,9 @@ static inline bool shim_geom_ok(sbn_geom g) {
 static inline bool shim_empty(sbn_geom g) { return g.n == 0 || g.c == 0 || g.s == 0; }
 
 /* ws->part: a sbn_cpu_ws reserved for the shape */
+/* The CPU kernels have no chunks of row tiles: the hook changes nothing. */
+void sbn_cuda_set_reduce_blocks(int64_t) {}
+
 int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g) {
   if (!ws || !shim_geom_ok(g)) return cudaErrorInvalidValue;
   if (shim_empty(g)) return 0;

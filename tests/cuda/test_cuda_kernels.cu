@@ -466,6 +466,15 @@ int main(int argc, char **argv) {
           const double scale = dt == SBN_DTYPE_BFLOAT16 && sc > 100 ? 100 : sc;
           run_case(st, dt, (sbn_layout)layout, sh.n, sh.c, sh.s, scale, seed++);
         }
+  /* Rows layout: reductions whose chunks hold several row tiles (the
+   * ResNet shapes above get them only at N = 32: here a target of 4 blocks
+   * gives small shapes 4-19 tiles a chunk). */
+  static const Shape chunked[] = {{2, 40, 5000}, {16, 1, 1000}, {2, 3, 40000}, {4, 130, 300}};
+  sbn_cuda_set_reduce_blocks(4);
+  for (const Shape &sh : chunked)
+    for (sbn_dtype dt : dts)
+      run_case(st, dt, SBN_LAYOUT_CHANNELS_LAST, sh.n, sh.c, sh.s, dt == SBN_DTYPE_BFLOAT16 ? 100 : 1e4, seed++);
+  sbn_cuda_set_reduce_blocks(0);
   empty_and_misuse(st);
   CK(cudaStreamDestroy(st));
   printf("%d cases, %d failed\n", g_cases, g_failed);

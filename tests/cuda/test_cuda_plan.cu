@@ -256,6 +256,11 @@ int main(void) {
         const int before = failed;
         check_reduce(g, show);
         check_elemt(g, show);
+        if (rows_layout(g)) { /* chunks of several row tiles at small sizes too (the kernel test's hook) */
+          sbn_cuda_set_reduce_blocks(4);
+          check_reduce(g, false);
+          sbn_cuda_set_reduce_blocks(0);
+        }
         if (failed != before)
           printf("  ^ in %s %s (%lld, %lld, %lld)\n", dt_name(dt), layout ? "CL" : "CF", (long long)sh.n,
                  (long long)sh.c, (long long)sh.s);
