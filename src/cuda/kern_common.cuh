@@ -130,6 +130,30 @@ __device__ __forceinline__ void load8(const typename D::S *p, float v[8]) {
     }
   }
 }
+/* One vector store. Default: __stwb (st.global.wb, which the sm_90 code
+ * shows as STG.E.128.STRONG.SM). SBN_CUDA_PLAIN_STORES (a measuring knob,
+ * for scripts/gpu-check.sh's variants; nvcc only) emits plain st.global
+ * vectors instead, through inline PTX so they stay whole. */
+#if defined(SBN_CUDA_PLAIN_STORES) && defined(__CUDA_ARCH__)
+__device__ __forceinline__ void vstore(float4 *p, float4 v) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}
+__device__ __forceinline__ void vstore(float2 *p, float2 v) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v.x), "f"(v.y) : "memory");
+}
+__device__ __forceinline__ void vstore(uint4 *p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+__device__ __forceinline__ void vstore(uint2 *p, uint2 v) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+}
+__device__ __forceinline__ void vstore(unsigned int *p, unsigned int v) {
+  asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+#else
+template <class T> __device__ __forceinline__ void vstore(T *p, T v) { __stwb(p, v); }
+#endif
+
 template <class D, int V>
 __device__ __forceinline__ void store8(typename D::S *p, const float v[8]) {
   typedef typename D::S S;
@@ -141,24 +165,24 @@ __device__ __forceinline__ void store8(typename D::S *p, const float v[8]) {
   } else if (sizeof(S) == 4) {
     float *f = reinterpret_cast<float *>(p);
     if (V == 4) {
-      __stwb(reinterpret_cast<float4 *>(f), make_float4(v[0], v[1], v[2], v[3]));
-      __stwb(reinterpret_cast<float4 *>(f) + 1, make_float4(v[4], v[5], v[6], v[7]));
+      vstore(reinterpret_cast<float4 *>(f), make_float4(v[0], v[1], v[2], v[3]));
+      vstore(reinterpret_cast<float4 *>(f) + 1, make_float4(v[4], v[5], v[6], v[7]));
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; j++) __stwb(reinterpret_cast<float2 *>(f) + j, make_float2(v[2 * j], v[2 * j + 1]));
+      for (int j = 0; j < 4; j++) vstore(reinterpret_cast<float2 *>(f) + j, make_float2(v[2 * j], v[2 * j + 1]));
     }
   } else {
     uint32_t w[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) w[j] = (uint32_t)D::st(v[2 * j]) | ((uint32_t)D::st(v[2 * j + 1]) << 16);
     if (V == 8) {
-      __stwb(reinterpret_cast<uint4 *>(p), make_uint4(w[0], w[1], w[2], w[3]));
+      vstore(reinterpret_cast<uint4 *>(p), make_uint4(w[0], w[1], w[2], w[3]));
     } else if (V == 4) {
-      __stwb(reinterpret_cast<uint2 *>(p), make_uint2(w[0], w[1]));
-      __stwb(reinterpret_cast<uint2 *>(p) + 1, make_uint2(w[2], w[3]));
+      vstore(reinterpret_cast<uint2 *>(p), make_uint2(w[0], w[1]));
+      vstore(reinterpret_cast<uint2 *>(p) + 1, make_uint2(w[2], w[3]));
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; j++) __stwb(reinterpret_cast<unsigned int *>(p) + j, w[j]);
+      for (int j = 0; j < 4; j++) vstore(reinterpret_cast<unsigned int *>(p) + j, w[j]);
     }
   }
 }
