@@ -58,11 +58,11 @@ __device__ __forceinline__ void block_sum2(double &a, double &b) {
 template <bool BWD>
 __device__ __forceinline__ void add_value(float v, float w, bool valid, double k, double &s, double &q) {
   if (BWD) {
-    const double g = valid ? (double)w : 0.0;
+    const double g = valid ? widen(w) : 0.0;
     s = __dadd_rn(s, g);
-    q = __fma_rn(g, __dsub_rn((double)v, k), q);
+    q = __fma_rn(g, __dsub_rn(widen(v), k), q);
   } else {
-    const double d = valid ? __dsub_rn((double)v, k) : 0.0;
+    const double d = valid ? __dsub_rn(widen(v), k) : 0.0;
     s = __dadd_rn(s, d);
     q = __fma_rn(d, d, q);
   }

@@ -32,6 +32,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -207,6 +208,33 @@ __device__ __forceinline__ void store_group(typename D::S *p, int len, const flo
     for (int i = 0; i < 8; i++)
       if (i < len) p[i] = D::st(v[i]);
   }
+}
+
+/* float -> double, exactly. Default: the conversion instruction (F2F,
+ * which the float64 pipe runs at a fraction of its rate). With
+ * SBN_CUDA_INT_WIDEN (a measuring knob for gpu-check's variants), normal
+ * numbers are widened by integer operations on their bits (sign, exponent
+ * rebiased from 127 to 1023, mantissa shifted by 29), and zero, subnormal,
+ * infinite and NaN values by the instruction: the same double either way
+ * (test_cuda_plan checks every bfloat16 and float16 pattern and random
+ * floats). */
+__host__ __device__ __forceinline__ double widen_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  const uint32_t e = (u >> 23) & 0xffu;
+  if (e == 0 || e == 0xffu) return (double)f;
+  const uint64_t b = ((uint64_t)(u & 0x80000000u) << 32) | ((uint64_t)(e + 896u) << 52) |
+                     ((uint64_t)(u & 0x7fffffu) << 29);
+  double d;
+  memcpy(&d, &b, 8);
+  return d;
+}
+__device__ __forceinline__ double widen(float f) {
+#ifdef SBN_CUDA_INT_WIDEN
+  return widen_bits(f);
+#else
+  return (double)f;
+#endif
 }
 
 /* float32 arithmetic with explicit rounding: the compiler never contracts
