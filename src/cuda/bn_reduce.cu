@@ -2,12 +2,16 @@
  * reduce (backward pass 1), and the workspace of their partial sums.
  *
  * Each pass is two kernels on the caller's stream:
- *  1. a grid of tiles (kern_common.cuh) — per channel and tile one pair of
- *     float64 partial sums, written to the workspace (no atomics);
- *  2. a merge: one warp per channel adds that channel's tile partials, lane
- *     l taking tiles l, l + 32, ... in order and the 32 lanes combined by a
- *     fixed butterfly. Every addition happens in an order fixed by the shape,
- *     so the same input gives the same bits on every run.
+ *  1. a grid of tiles (kern_common.cuh; in the rows layout, chunks of
+ *     tiles) — per channel and tile (chunk) one pair of float64 partial
+ *     sums, written to the workspace (no atomics);
+ *  2. a merge of each channel's partials in a fixed order: channels-first,
+ *     one warp per channel, lane l taking tiles l, l + 32, ... and the 32
+ *     lanes combined by a fixed butterfly (skipped when a channel has one
+ *     tile: the tile kernel writes the outputs); rows layout, merge_rows,
+ *     32 channels x 32 warps, coalesced.
+ * Every addition happens in an order fixed by the shape, so the same input
+ * gives the same bits on every run and on every GPU.
  *
  * Numerics. Statistics accumulate shifted values d = x - k, where the shift
  * k is a value of the channel (its first one, as the CPU kernels do): every

@@ -17,7 +17,8 @@
  *  - channels-first (cf_plan): rows of S values (the N rows of one channel
  *    for the reductions, all N*C rows for the elementwise passes), a tile
  *    being a run of whole rows, or a segment of one long row, of about
- *    NT * GPT groups;
+ *    NT * GPT groups; elementwise passes over rows whose S is not a
+ *    multiple of 8 use flat groups instead (flat_plan);
  *  - rows of C channels (cl_plan): a tile is RT rows x CBW channels; thread
  *    (tx, ty) owns channels [8 tx, 8 tx + 8) of the tile and rows ty,
  *    ty + TY, ... (GPT rows). TX <= 8 keeps CBW <= 64, so each tile's
