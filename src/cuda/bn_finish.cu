@@ -56,7 +56,8 @@ __global__ void forward_finish(sbn_cuda_finish f, int batch_stats, int update) {
   if (threadIdx.x != 0) return;
   __threadfence();
   if (atomicAdd(f.done, 1u) != gridDim.x - 1) return;
-  *f.done = 0; // the last block: every block has read nbt
+  __threadfence(); // the last block: every block has read nbt (acquire before writing it)
+  *f.done = 0;
   *f.fwd_bad = 0;
   *f.saved_count = batch_stats ? n : 0.0;
   if (do_update) *(volatile int64_t *)f.nbt = nbt;
