@@ -134,6 +134,28 @@ static void fail_status(const char *what, sbn_status st) {
   exit(2);
 }
 
+/* The medians of the timed iterations (events 4 it .. 4 it + 3 around a
+ * forward and a backward), printed as a table line and a "ROW" line. */
+static void report(const cudaEvent_t *ev, int total, double *tf, double *tb, const shape *s, sbn_dtype dt,
+                   sbn_layout lay, const char *gname, size_t bytes, double copy, int R) {
+  for (int it = opt.warmup; it < total; it++) {
+    float a, b;
+    CK(cudaEventElapsedTime(&a, ev[4 * it], ev[4 * it + 1]));
+    CK(cudaEventElapsedTime(&b, ev[4 * it + 2], ev[4 * it + 3]));
+    tf[it - opt.warmup] = a, tb[it - opt.warmup] = b;
+  }
+  const double fms = median(tf, opt.iters), bms = median(tb, opt.iters);
+  const double mb = (double)bytes / 1e6;
+  const double fgbs = 3.0 * (double)bytes / (fms * 1e-3) / 1e9, bgbs = 5.0 * (double)bytes / (bms * 1e-3) / 1e9;
+  const char *dts = dt == SBN_DTYPE_FLOAT32 ? "f32" : "bf16", *ls = lay == SBN_LAYOUT_CHANNELS_FIRST ? "cf" : "cl";
+  printf("%-15s %-4s %-2s %-6s %8.1f %9.4f %7.0f %5.2f %9.4f %7.0f %5.2f  R=%d\n", s->label, dts, ls, gname, mb, fms,
+         fgbs, fgbs / copy, bms, bgbs, bgbs / copy, R);
+  printf("ROW impl=syncbn-%s shape=%s dtype=%s layout=%s mb=%.3f fwd_ms=%.5f bwd_ms=%.5f fwd_gbs=%.1f bwd_gbs=%.1f "
+         "fwd_frac=%.3f bwd_frac=%.3f\n",
+         gname, s->label, dts, ls, mb, fms, bms, fgbs, bgbs, fgbs / copy, bgbs / copy);
+  fflush(stdout);
+}
+
 /* One configuration: median forward and backward ms. */
 static void run_case(const shape *s, sbn_dtype dt, sbn_layout lay, sbn_group *group, const char *gname,
                      double copy, size_t l2, cudaStream_t stream) {
@@ -191,22 +213,7 @@ static void run_case(const shape *s, sbn_dtype dt, sbn_layout lay, sbn_group *gr
   }
   CK(cudaStreamSynchronize(stream));
   double *tf = malloc(sizeof *tf * (size_t)opt.iters), *tb = malloc(sizeof *tb * (size_t)opt.iters);
-  for (int it = opt.warmup; it < total; it++) {
-    float a, b;
-    CK(cudaEventElapsedTime(&a, ev[4 * it], ev[4 * it + 1]));
-    CK(cudaEventElapsedTime(&b, ev[4 * it + 2], ev[4 * it + 3]));
-    tf[it - opt.warmup] = a, tb[it - opt.warmup] = b;
-  }
-  const double fms = median(tf, opt.iters), bms = median(tb, opt.iters);
-  const double mb = (double)bytes / 1e6;
-  const double fgbs = 3.0 * (double)bytes / (fms * 1e-3) / 1e9, bgbs = 5.0 * (double)bytes / (bms * 1e-3) / 1e9;
-  const char *dts = dt == SBN_DTYPE_FLOAT32 ? "f32" : "bf16", *ls = lay == SBN_LAYOUT_CHANNELS_FIRST ? "cf" : "cl";
-  printf("%-15s %-4s %-2s %-6s %8.1f %9.4f %7.0f %5.2f %9.4f %7.0f %5.2f  R=%d\n", s->label, dts, ls, gname, mb, fms,
-         fgbs, fgbs / copy, bms, bgbs, bgbs / copy, R);
-  printf("ROW impl=syncbn-%s shape=%s dtype=%s layout=%s mb=%.3f fwd_ms=%.5f bwd_ms=%.5f fwd_gbs=%.1f bwd_gbs=%.1f "
-         "fwd_frac=%.3f bwd_frac=%.3f\n",
-         gname, s->label, dts, ls, mb, fms, bms, fgbs, bgbs, fgbs / copy, bgbs / copy);
-  fflush(stdout);
+  report(ev, total, tf, tb, s, dt, lay, gname, bytes, copy, R);
   if (!group) { /* the same calls captured in CUDA graphs: the GPU's time alone, as torch_chain.py times */
     cudaGraphExec_t *gx = malloc(sizeof *gx * 2 * (size_t)R);
     for (int i = 0; i < R; i++)
@@ -232,20 +239,7 @@ static void run_case(const shape *s, sbn_dtype dt, sbn_layout lay, sbn_group *gr
       CK(cudaEventRecord(ev[4 * it + 3], stream));
     }
     CK(cudaStreamSynchronize(stream));
-    for (int it = opt.warmup; it < total; it++) {
-      float a, b;
-      CK(cudaEventElapsedTime(&a, ev[4 * it], ev[4 * it + 1]));
-      CK(cudaEventElapsedTime(&b, ev[4 * it + 2], ev[4 * it + 3]));
-      tf[it - opt.warmup] = a, tb[it - opt.warmup] = b;
-    }
-    const double gf = median(tf, opt.iters), gb = median(tb, opt.iters);
-    const double gfg = 3.0 * (double)bytes / (gf * 1e-3) / 1e9, gbg = 5.0 * (double)bytes / (gb * 1e-3) / 1e9;
-    printf("%-15s %-4s %-2s %-6s %8.1f %9.4f %7.0f %5.2f %9.4f %7.0f %5.2f  R=%d\n", s->label, dts, ls, "graph", mb,
-           gf, gfg, gfg / copy, gb, gbg, gbg / copy, R);
-    printf("ROW impl=syncbn-graph shape=%s dtype=%s layout=%s mb=%.3f fwd_ms=%.5f bwd_ms=%.5f fwd_gbs=%.1f "
-           "bwd_gbs=%.1f fwd_frac=%.3f bwd_frac=%.3f\n",
-           s->label, dts, ls, mb, gf, gb, gfg, gbg, gfg / copy, gbg / copy);
-    fflush(stdout);
+    report(ev, total, tf, tb, s, dt, lay, "graph", bytes, copy, R);
     for (int i = 0; i < 2 * R; i++) cudaGraphExecDestroy(gx[i]);
     free(gx);
   }
