@@ -250,7 +250,11 @@ static void run_case(const shape *s, sbn_dtype dt, sbn_layout lay, sbn_group *gr
 }
 
 /* The NCCL backend's exact all-reduce of 2C+1 doubles against a raw
- * ncclAllReduce of the same doubles, both on the stream, one rank. */
+ * ncclAllReduce of the same doubles, both on the stream, one rank. The exact
+ * sum runs twice: on the bootstrapped group g (a non-blocking communicator,
+ * which recent NCCL launches from a new host thread per call) and on a group
+ * wrapping a caller's blocking communicator (launched in the calling
+ * thread), to show what the communicator's mode costs. */
 static void run_collective(sbn_group *g, cudaStream_t stream) {
   const int Cs[] = {64, 256, 1024, 2048, 4096};
   int dev = 0;
@@ -260,9 +264,17 @@ static void run_collective(sbn_group *g, cudaStream_t stream) {
     printf("collective: could not make a raw NCCL communicator\n");
     return;
   }
+  sbn_group *gb = NULL; /* the exact sum over the caller's blocking communicator */
+  if (sbn_group_create_nccl(&gb, raw, dev) != SBN_STATUS_OK) {
+    printf("collective: could not wrap the blocking communicator: %s\n", sbn_last_error());
+    gb = NULL;
+  }
   printf("\ncollective alone, 1 rank: exact all-reduce (2 NCCL reductions + 3 kernels) vs raw ncclAllReduce(sum)\n");
-  printf("(host_us: the host's time in the exact call alone; near exact_us, the host is what the GPU waits for)\n");
-  printf("%6s %10s %10s %6s %10s\n", "C", "exact_us", "raw_us", "ratio", "host_us");
+  printf("(exact_us: the bootstrapped group's non-blocking communicator; blocking_us: the same exact sum over a\n"
+         " caller's blocking communicator; host_us / bhost_us: the host's time in each exact call alone; near the\n"
+         " device time, the host is what the GPU waits for)\n");
+  printf("%6s %10s %11s %10s %6s %10s %10s\n", "C", "exact_us", "blocking_us", "raw_us", "ratio", "host_us",
+         "bhost_us");
   for (size_t k = 0; k < sizeof Cs / sizeof Cs[0]; k++) {
     const size_t n = 2 * (size_t)Cs[k] + 1;
     double *d;
@@ -274,18 +286,24 @@ static void run_collective(sbn_group *g, cudaStream_t stream) {
     memset(&sig, 0, sizeof sig);
     sig.kind = SBN_SIG_KIND_BN_FORWARD, sig.count = Cs[k], sig.dtype = SBN_DTYPE_FLOAT32;
     snprintf(sig.what, sizeof sig.what, "benchmark");
-    const int reps = 200;
-    double te[200], tr[200], th[200]; /* th: host time of the exact all-reduce's call alone */
+    enum { REPS = 200 };
+    /* device time per method (exact, blocking, raw); host time of the two exact calls */
+    double t[3][REPS], th[2][REPS];
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    for (int pass = 0; pass < 2; pass++) {
-      for (int r = -20; r < reps; r++) {
+    for (int pass = 0; pass < 3; pass++) {
+      sbn_group *on = pass == 0 ? g : pass == 1 ? gb : NULL;
+      if (pass == 1 && !gb) {
+        for (int r = 0; r < REPS; r++) t[1][r] = th[1][r] = 0;
+        continue;
+      }
+      for (int r = -20; r < REPS; r++) {
         CK(cudaEventRecord(e0, stream));
-        if (pass == 0) {
+        if (on) {
           const double h0 = now_us();
-          sbn_status st = g->ops->allreduce_device(g, d, n, SBN_DTYPE_FLOAT64, &sig, stream);
-          if (r >= 0) th[r] = now_us() - h0;
+          sbn_status st = on->ops->allreduce_device(on, d, n, SBN_DTYPE_FLOAT64, &sig, stream);
+          if (r >= 0) th[pass][r] = now_us() - h0;
           if (st != SBN_STATUS_OK) fail_status("allreduce_device", st);
         } else if (ncclAllReduce(d, d, n, ncclFloat64, ncclSum, raw, stream) != ncclSuccess) {
           printf("raw ncclAllReduce failed\n");
@@ -295,16 +313,19 @@ static void run_collective(sbn_group *g, cudaStream_t stream) {
         CK(cudaEventSynchronize(e1));
         float ms;
         CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 0) (pass ? tr : te)[r] = ms * 1e3;
+        if (r >= 0) t[pass][r] = ms * 1e3;
       }
     }
-    const double me = median(te, reps), mr = median(tr, reps), mh = median(th, reps);
-    printf("%6d %10.2f %10.2f %6.2f %10.2f\n", Cs[k], me, mr, me / mr, mh);
-    printf("ROW impl=collective C=%d exact_us=%.3f raw_us=%.3f exact_host_us=%.3f\n", Cs[k], me, mr, mh);
+    const double me = median(t[0], REPS), mb = median(t[1], REPS), mr = median(t[2], REPS);
+    const double mh = median(th[0], REPS), mbh = median(th[1], REPS);
+    printf("%6d %10.2f %11.2f %10.2f %6.2f %10.2f %10.2f\n", Cs[k], me, mb, mr, me / mr, mh, mbh);
+    printf("ROW impl=collective C=%d exact_us=%.3f blocking_us=%.3f raw_us=%.3f exact_host_us=%.3f "
+           "blocking_host_us=%.3f\n", Cs[k], me, mb, mr, mh, mbh);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     cudaFree(d);
     free(h);
   }
+  if (gb) sbn_group_destroy(gb); /* not owned: raw stays */
   ncclCommDestroy(raw);
 }
 
