@@ -56,7 +56,10 @@
  * rank is missing). The abort also ends device work that waits in NCCL
  * kernels (e.g. a layer step whose peer never arrived). A rank that was
  * stopped and resumes later finds its peers gone: its own next synchronizing
- * call times out the same way.
+ * call times out the same way. On a blocking communicator an NCCL host call
+ * itself may block (a launch that first connects to a stuck peer, a split, a
+ * finalize): each group has a watchdog thread that aborts the communicator
+ * when such a call is still running at the deadline, with the same status.
  */
 #ifndef SYNCBN_NCCL_H
 #define SYNCBN_NCCL_H
@@ -88,8 +91,9 @@ static inline sbn_status sbn_group_create_nccl(sbn_group **out, ncclComm_t comm,
 
 /* Collective over `bootstrap` (any group: MPI, threads, custom; every rank
  * calls): rank 0 makes an ncclUniqueId, sbn_group_broadcast sends it, and
- * every rank joins a new communicator (ncclCommInitRank, bounded by
- * bootstrap's timeout) on CUDA device `device`; ranks and size are
+ * every rank joins a new blocking communicator (ncclCommInitRank, bounded by
+ * bootstrap's timeout; blocking because on a non-blocking one NCCL starts a
+ * host thread for every launch) on CUDA device `device`; ranks and size are
  * bootstrap's. The communicator is owned by the new group and destroyed
  * with it; `bootstrap` may be destroyed any time after this returns.
  * bootstrap NULL: a group of one rank (through the real NCCL calls; for

@@ -56,13 +56,16 @@ $(1)/libsyncbn_cuda_emu.a: $(EMU_KERNELS:%=$(1)/%.o) $(1)/device_cuda.o $(1)/cud
 $(1)/nccl_xsum.o: $(EMU_DIR)/gen/src/cuda/nccl/nccl_xsum.cpp $(EMU_HDRS) src/cuda/nccl/nccl_xsum.h
 	@mkdir -p $$(dir $$@)
 	$$(EMU_CXX) $(2) -Isrc/cuda/nccl -c $$< -o $$@
-$(1)/nccl.o: src/comm/nccl.c $(EMU_HDRS) tests/cuda_emu/include/nccl.h
+$(1)/nccl.o: src/comm/nccl.c src/comm/nccl_watch.h $(EMU_HDRS) tests/cuda_emu/include/nccl.h
+	@mkdir -p $$(dir $$@)
+	$$(SBN_CC) $(2) -DSBN_WITH_NCCL=1 -Itests/cuda_emu/include -c $$< -o $$@
+$(1)/nccl_watch.o: src/comm/nccl_watch.c src/comm/nccl_watch.h tests/cuda_emu/include/nccl.h
 	@mkdir -p $$(dir $$@)
 	$$(SBN_CC) $(2) -DSBN_WITH_NCCL=1 -Itests/cuda_emu/include -c $$< -o $$@
 $(1)/nccl_emu.o: tests/cuda_emu/nccl_emu.cpp tests/cuda_emu/include/nccl.h tests/cuda_emu/cuda_emu.h
 	@mkdir -p $$(dir $$@)
 	$$(EMU_CXX) $(2) -c $$< -o $$@
-$(1)/libsyncbn_nccl_emu.a: $(1)/nccl.o $(1)/nccl_xsum.o $(1)/nccl_emu.o
+$(1)/libsyncbn_nccl_emu.a: $(1)/nccl.o $(1)/nccl_watch.o $(1)/nccl_xsum.o $(1)/nccl_emu.o
 	@rm -f $$@
 	ar rcs $$@ $$^
 $(1)/test_nccl: tests/cuda/test_nccl.c $(1)/libsyncbn_nccl_emu.a $(1)/libsyncbn_cuda_emu.a $(SBN_STATIC) $(EMU_HDRS)

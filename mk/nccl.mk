@@ -38,21 +38,24 @@ NCCL_STATE := $(if $(NCCL_ENABLED),nccl $(NVCC) $(NCCL_INCDIR) $(NCCL_LIBDIR) $(
 NCCL_STAMP := $(BUILD)/nccl.config
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(NCCL_STAMP) 2>/dev/null)" = "$(NCCL_STATE)" ] || echo "$(NCCL_STATE)" > $(NCCL_STAMP))
 
-$(BUILD)/src/comm/nccl.o $(BUILD)/shared/src/comm/nccl.o: SBN_CFLAGS += $(NCCL_CFLAGS)
-$(BUILD)/src/comm/nccl.o $(BUILD)/shared/src/comm/nccl.o: $(NCCL_STAMP)
+NCCL_C_OBJS := $(BUILD)/src/comm/nccl.o $(BUILD)/src/comm/nccl_watch.o
+NCCL_C_SHARED := $(BUILD)/shared/src/comm/nccl.o $(BUILD)/shared/src/comm/nccl_watch.o
+$(NCCL_C_OBJS) $(NCCL_C_SHARED): SBN_CFLAGS += $(NCCL_CFLAGS)
+$(NCCL_C_OBJS) $(NCCL_C_SHARED): $(NCCL_STAMP)
+$(BUILD)/src/comm/nccl.o $(BUILD)/shared/src/comm/nccl.o: src/comm/nccl_watch.h
 
 # The kernels: nvcc for sm_80 and sm_90 machine code plus PTX.
 $(NCCL_CU_OBJ): src/cuda/nccl/nccl_xsum.cu src/cuda/nccl/nccl_xsum.h src/comm/exact_sum_fixed.h include/syncbn.h $(NCCL_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions -Iinclude -c $< -o $@
 
-NCCL_OBJS := $(BUILD)/src/comm/nccl.o $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ))
+NCCL_OBJS := $(NCCL_C_OBJS) $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ))
 $(NCCL_A): $(NCCL_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
-$(BUILD)/libsyncbn_nccl.so.$(SBN_VERSION): $(BUILD)/shared/src/comm/nccl.o $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ)) $(BUILD)/libsyncbn.so
+$(BUILD)/libsyncbn_nccl.so.$(SBN_VERSION): $(NCCL_C_SHARED) $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ)) $(BUILD)/libsyncbn.so
 	$(SBN_LD) -shared -Wl,-z,defs -Wl,-soname,libsyncbn_nccl.so.$(SBN_MAJOR) -o $@ \
-	    $(BUILD)/shared/src/comm/nccl.o $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ)) -L$(BUILD) -lsyncbn $(LDLIBS) \
+	    $(NCCL_C_SHARED) $(if $(NCCL_ENABLED),$(NCCL_CU_OBJ)) -L$(BUILD) -lsyncbn $(LDLIBS) \
 	    $(NCCL_LINK) -lm -pthread
 
 # The same source without NCCL, for the not-built test on every machine.

@@ -55,13 +55,16 @@
  * broken (later calls: SBN_STATUS_GROUP_BROKEN) and the call returns
  * SBN_STATUS_TIMEOUT. NCCL cannot tell which rank is missing, so the message
  * names the collective, not the rank. Enqueue calls that report ncclInProgress
- * (non-blocking communicators: the bootstrapped ones) are polled the same
- * way. A stopped rank (SIGSTOP) blocks its peers' NCCL kernels; their next
+ * (a caller's non-blocking communicator) are polled the same way; on a
+ * blocking one (the bootstrapped groups': nccl_watch.h says why) a host call
+ * that blocks is ended by the group's watchdog, which aborts the
+ * communicator at the deadline. A stopped rank (SIGSTOP) blocks its peers' NCCL kernels; their next
  * synchronizing call times out and aborts; when the stopped rank resumes,
  * its own next synchronizing call times out too (its peers are gone), and
  * device work waiting on it ends with the abort. NCCL errors become
  * SBN_STATUS_BACKEND_ERROR with NCCL's text, and break the group. */
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -103,6 +106,7 @@ sbn_status sbn_group_create_nccl_over(sbn_group **out, sbn_group *bootstrap, int
 #include <nccl.h>
 
 #include "syncbn_nccl.h"
+#include "nccl_watch.h"
 #include "../cuda/nccl/nccl_xsum.h"
 
 enum { WHAT_MAX = 256, MSG_MAX = 700 };
@@ -117,7 +121,13 @@ typedef struct nccl_impl {
   int64_t *err_dev;      /* the same, as the kernels see it */
   uint8_t *ctrl_host;    /* pinned: reduced control bytes read back */
   uint64_t seq;          /* collectives started on this handle */
+  sbn_nccl_watch watch;  /* aborts comm when a host call blocks past its deadline */
 } nccl_impl;
+
+/* An NCCL host call that may block (blocking communicators), under the
+ * watchdog until `deadline`: its result, or SBN_NCCL_WATCH_FIRED. */
+#define WATCHED(m, deadline, call) \
+  (sbn_nccl_watch_arm(&(m)->watch, (deadline)), sbn_nccl_watch_disarm(&(m)->watch, (call)))
 
 /* A signature on the wire (the slow path after a disagreement). */
 typedef struct wire_sig {
@@ -130,11 +140,7 @@ typedef struct wire_sig {
 
 static const sbn_comm_ops nccl_ops;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now_s(void) { return sbn_nccl_now_s(); }
 
 /* Spin briefly, then yield, then sleep (as the MPI backend). */
 static void backoff(double waited) {
@@ -173,8 +179,8 @@ static sbn_status nccl_error(sbn_group *g, ncclResult_t r, const char *call, con
 }
 
 static void abort_comm(nccl_impl *m) {
-  if (m->comm) ncclCommAbort(m->comm);
-  m->comm = NULL;
+  ncclComm_t c = sbn_nccl_watch_take(&m->watch);
+  if (c) ncclCommAbort(c);
 }
 
 static sbn_status timed_out(sbn_group *g, const char *what) {
@@ -192,6 +198,7 @@ static sbn_status timed_out(sbn_group *g, const char *what) {
 static sbn_status settle(sbn_group *g, ncclResult_t rc, const char *call, const char *what, double deadline) {
   nccl_impl *m = g->impl;
   if (rc == ncclSuccess) return SBN_STATUS_OK;
+  if (rc == SBN_NCCL_WATCH_FIRED) return timed_out(g, what); /* the watchdog aborted it */
   if (rc != ncclInProgress) {
     sbn_status st = nccl_error(g, rc, call, what);
     abort_comm(m);
@@ -303,13 +310,13 @@ static sbn_status enqueue_sum(sbn_group *g, void *x, size_t n, int is_f32, uint6
   int rc = sbn_nx_prepare(stream, tags, x, n, is_f32, hash, status);
   if (rc) st = cuda_error(g, (cudaError_t)rc, "the prepare kernel", what);
   if (st == SBN_STATUS_OK)
-    st = settle(g, ncclAllReduce(tags, tags, SBN_NX_CTRL + n, ncclUint8, ncclMax, m->comm, stream),
+    st = settle(g, WATCHED(m, deadline, ncclAllReduce(tags, tags, SBN_NX_CTRL + n, ncclUint8, ncclMax, m->comm, stream)),
                 "ncclAllReduce(max)", what, deadline);
   if (st == SBN_STATUS_OK && n) {
     rc = sbn_nx_encode(stream, bins, x, n, is_f32, tags);
     if (rc) st = cuda_error(g, (cudaError_t)rc, "the encode kernel", what);
     if (st == SBN_STATUS_OK)
-      st = settle(g, ncclAllReduce(bins, bins, SBN_NX_WORDS * n, ncclInt64, ncclSum, m->comm, stream),
+      st = settle(g, WATCHED(m, deadline, ncclAllReduce(bins, bins, SBN_NX_WORDS * n, ncclInt64, ncclSum, m->comm, stream)),
                   "ncclAllReduce(sum)", what, deadline);
   }
   if (st == SBN_STATUS_OK) {
@@ -344,7 +351,7 @@ static sbn_status slow_verdict(sbn_group *g, const sbn_sig *sig, double deadline
     st = cuda_error(g, e, "cudaMemcpyAsync", sig->what);
     goto done;
   }
-  st = settle(g, ncclAllGather(dev + sizeof mine * (size_t)P, dev, sizeof mine, ncclUint8, m->comm, m->stream),
+  st = settle(g, WATCHED(m, deadline, ncclAllGather(dev + sizeof mine * (size_t)P, dev, sizeof mine, ncclUint8, m->comm, m->stream)),
               "ncclAllGather", sig->what, deadline);
   if (st == SBN_STATUS_OK) {
     e = cudaMemcpyAsync(host, dev, sizeof mine * (size_t)P, cudaMemcpyDeviceToHost, m->stream);
@@ -388,7 +395,7 @@ static sbn_status agree(sbn_group *g, const sbn_sig *sig, double deadline) {
   int rc = sbn_nx_prepare(m->stream, ctrl, NULL, 0, 0, hash, sig->status);
   if (rc) st = cuda_error(g, (cudaError_t)rc, "the prepare kernel", sig->what);
   if (st == SBN_STATUS_OK)
-    st = settle(g, ncclAllReduce(ctrl, ctrl, SBN_NX_CTRL, ncclUint8, ncclMax, m->comm, m->stream),
+    st = settle(g, WATCHED(m, deadline, ncclAllReduce(ctrl, ctrl, SBN_NX_CTRL, ncclUint8, ncclMax, m->comm, m->stream)),
                 "ncclAllReduce(max)", sig->what, deadline);
   if (st == SBN_STATUS_OK) {
     e = cudaMemcpyAsync(m->ctrl_host, ctrl, SBN_NX_CTRL, cudaMemcpyDeviceToHost, m->stream);
@@ -531,7 +538,7 @@ static sbn_status nccl_broadcast(sbn_group *g, void *buf, size_t bytes, int root
     }
   }
   if (st == SBN_STATUS_OK)
-    st = settle(g, ncclBroadcast(d, d, bytes, ncclUint8, root, m->comm, m->stream), "ncclBroadcast", sig.what,
+    st = settle(g, WATCHED(m, deadline, ncclBroadcast(d, d, bytes, ncclUint8, root, m->comm, m->stream)), "ncclBroadcast", sig.what,
                 deadline);
   if (st == SBN_STATUS_OK && !where && g->rank != root) {
     cudaError_t e = cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, m->stream);
@@ -556,6 +563,7 @@ static sbn_status nccl_barrier(sbn_group *g, const sbn_sig *sig_in) {
 
 static void impl_free(nccl_impl *m) {
   if (!m) return;
+  sbn_nccl_watch_stop(&m->watch);
   if (m->stream) cudaStreamDestroy(m->stream);
   if (m->err_host) cudaFreeHost(m->err_host);
   if (m->ctrl_host) cudaFreeHost(m->ctrl_host);
@@ -598,6 +606,9 @@ static sbn_status wrap(sbn_group **out, ncclComm_t comm, int owned, int device, 
     else
       memset(m->err_host, 0, 3 * sizeof(int64_t));
   }
+  if (st == SBN_STATUS_OK && sbn_nccl_watch_start(&m->watch, &m->comm) != 0)
+    st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (nccl): could not start the watchdog thread that bounds "
+                  "its NCCL calls by the timeout", name);
   sbn_group *g = NULL;
   if (st == SBN_STATUS_OK) {
     g = sbn_group_alloc(&nccl_ops, m, rank, P, name);
@@ -642,7 +653,13 @@ static sbn_status nccl_split(sbn_group **out, sbn_group *g, int color, int key, 
   if (st != SBN_STATUS_OK) goto out;
   ncclComm_t nc = NULL;
   int late = 0;
-  ncclResult_t r = ncclCommSplit(m->comm, color >= 0 ? color : NCCL_SPLIT_NOCOLOR, key, &nc, NULL);
+  ncclResult_t r =
+      WATCHED(m, deadline, ncclCommSplit(m->comm, color >= 0 ? color : NCCL_SPLIT_NOCOLOR, key, &nc, NULL));
+  if (r == SBN_NCCL_WATCH_FIRED) { /* the parent was aborted: the child cannot be used */
+    if (nc) ncclCommAbort(nc);
+    st = timed_out(g, sig.what);
+    goto out;
+  }
   if (r == ncclInProgress && nc) r = comm_ready(nc, r, deadline, &late);
   if (late) {
     ncclCommAbort(nc);
@@ -671,17 +688,20 @@ static void nccl_destroy(sbn_group *g) {
   const int prev = enter_device(m);
   if (m->comm && m->owned) {
     if (m->broken) {
-      ncclCommAbort(m->comm);
+      abort_comm(m);
     } else {
-      /* Finish what is queued, bounded by the timeout; abort otherwise. */
+      /* Finish what is queued, bounded by the timeout (the watchdog for a
+       * blocking finalize, polling for a non-blocking one); abort otherwise. */
       const double deadline = now_s() + g->timeout_s;
       int late = 0;
-      ncclResult_t r = ncclCommFinalize(m->comm);
-      r = comm_ready(m->comm, r, deadline, &late);
-      if (r == ncclSuccess) ncclCommDestroy(m->comm);
-      else ncclCommAbort(m->comm);
+      ncclResult_t r = WATCHED(m, deadline, ncclCommFinalize(m->comm));
+      if (r != SBN_NCCL_WATCH_FIRED) r = comm_ready(m->comm, r, deadline, &late);
+      ncclComm_t c = sbn_nccl_watch_take(&m->watch);
+      if (c && r == ncclSuccess) ncclCommDestroy(c);
+      else if (c) ncclCommAbort(c);
     }
   }
+  sbn_nccl_watch_stop(&m->watch);
   m->comm = NULL;
   if (m->stream) cudaStreamSynchronize(m->stream);
   const int dev = m->device;
@@ -721,6 +741,94 @@ sbn_status sbn_group_create_nccl_comm(sbn_group **out, const void *comm_p, size_
   sbn_status st = check_device("sbn_group_create_nccl", device);
   if (st != SBN_STATUS_OK) return st;
   return wrap(out, comm, 0, device, "nccl");
+}
+
+/* A blocking communicator's init (see nccl_watch.h for why blocking), run
+ * on a helper thread so that the caller can give up at the deadline: a
+ * blocking init cannot be aborted, its handle is not ours until it
+ * returns. A helper given up on aborts what it gets, if it ever returns. */
+typedef struct init_job {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int P, rank, device, done, abandoned;
+  ncclUniqueId id;
+  ncclComm_t comm;
+  ncclResult_t r;
+  char detail[256];
+} init_job;
+
+static void init_job_free(init_job *j) {
+  pthread_mutex_destroy(&j->mu);
+  pthread_cond_destroy(&j->cv);
+  free(j);
+}
+
+static void *init_main(void *arg) {
+  init_job *j = arg;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 1;
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclUnhandledCudaError;
+  if (cudaSetDevice(j->device) == cudaSuccess) r = ncclCommInitRankConfig(&comm, j->P, j->id, j->rank, &cfg);
+  pthread_mutex_lock(&j->mu);
+  j->comm = comm, j->r = r, j->done = 1;
+  if (r != ncclSuccess && comm) snprintf(j->detail, sizeof j->detail, "%s", ncclGetLastError(comm));
+  const int abandoned = j->abandoned;
+  pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  if (abandoned) {
+    if (comm) ncclCommAbort(comm);
+    init_job_free(j);
+  }
+  return NULL;
+}
+
+static ncclResult_t init_blocking(ncclComm_t *out, int P, ncclUniqueId id, int rank, int device, double deadline,
+                                  int *late, char *detail, size_t detail_size) {
+  *out = NULL, *late = 0;
+  init_job *j = calloc(1, sizeof *j);
+  if (!j) return ncclSystemError;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&j->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&j->mu, NULL);
+  j->P = P, j->rank = rank, j->device = device, j->id = id;
+  pthread_t t;
+  pthread_attr_t ta;
+  pthread_attr_init(&ta);
+  pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+  const int rc = pthread_create(&t, &ta, init_main, j);
+  pthread_attr_destroy(&ta);
+  if (rc != 0) {
+    init_job_free(j);
+    return ncclSystemError;
+  }
+  pthread_mutex_lock(&j->mu);
+  while (!j->done) {
+    const double now = now_s();
+    if (now > deadline) break;
+    if (!isfinite(deadline)) {
+      pthread_cond_wait(&j->cv, &j->mu);
+      continue;
+    }
+    const double until = now + 0.05 < deadline ? now + 0.05 : deadline;
+    struct timespec ts = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+  }
+  if (!j->done) { /* the helper frees the job when (if) its init returns */
+    j->abandoned = 1;
+    pthread_mutex_unlock(&j->mu);
+    *late = 1;
+    return ncclInProgress;
+  }
+  pthread_mutex_unlock(&j->mu);
+  const ncclResult_t r = j->r;
+  *out = j->comm;
+  snprintf(detail, detail_size, "%s", j->detail);
+  init_job_free(j);
+  return r;
 }
 
 /* Every rank learns whether any rank failed (one float64 sum over the
@@ -771,22 +879,16 @@ sbn_status sbn_group_create_nccl_over(sbn_group **out, sbn_group *bootstrap, int
   /* join, bounded by the bootstrap's timeout */
   const double timeout = bootstrap ? bootstrap->timeout_s : sbn_default_timeout();
   const double deadline = now_s() + timeout;
-  int prev = -1;
-  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-  cudaSetDevice(device);
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
   ncclComm_t comm = NULL;
+  char detail[256] = "";
   int late = 0;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, P, hdr.id, rank, &cfg);
-  if (r == ncclInProgress && comm) r = comm_ready(comm, r, deadline, &late);
-  if (prev >= 0) cudaSetDevice(prev);
+  ncclResult_t r = init_blocking(&comm, P, hdr.id, rank, device, deadline, &late, detail, sizeof detail);
   if (late)
     mine = sbn_fail(SBN_STATUS_TIMEOUT, "%s: timed out after %g s joining the NCCL communicator of %d ranks "
                     "(not every rank called it, or one is stuck)", fn, timeout, P);
   else if (r != ncclSuccess)
     mine = sbn_fail(SBN_STATUS_BACKEND_ERROR, "%s: ncclCommInitRank failed on rank %d (device %d): %s%s%s", fn,
-                    rank, device, ncclGetErrorString(r), comm ? ": " : "", comm ? ncclGetLastError(comm) : "");
+                    rank, device, ncclGetErrorString(r), detail[0] ? ": " : "", detail);
   st = all_ok(bootstrap, mine, "to join the NCCL communicator");
   if (st != SBN_STATUS_OK) {
     if (comm) ncclCommAbort(comm);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -366,6 +367,56 @@ static int multi_rank(sbn_group *world, void *argp) {
   return 0;
 }
 
+#ifdef SBN_CUDA_EMU_NCCL_H
+/* A host call that blocks (the emulator's NCCL_EMU_STALL_HOST: a blocking
+ * communicator's launch stuck connecting to a peer): the watchdog aborts
+ * the communicator at the deadline, the call returns TIMEOUT and the group
+ * is broken; for the host-side and the device-side (layer) paths. Real NCCL
+ * has no such switch, so this runs under the emulator only. */
+static double wall_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void test_watchdog(void) {
+  const double timeout = 0.3;
+  for (int device_path = 0; device_path < 2; device_path++) {
+    sbn_group *g = NULL;
+    sbn_status st = sbn_group_create_nccl_over(&g, NULL, 0);
+    CHECK(st == SBN_STATUS_OK, "create_nccl_over: %s %s", sbn_status_name(st), sbn_last_error());
+    if (st != SBN_STATUS_OK) return;
+    sbn_group_set_timeout(g, timeout);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    double *d;
+    const size_t n = 129;
+    CK(cudaMalloc((void **)&d, 8 * n));
+    CK(cudaMemset(d, 0, 8 * n));
+    sbn_sig sig;
+    sbn_sig_init(&sig, SBN_SIG_KIND_BN_FORWARD, 0, 64, SBN_DTYPE_FLOAT32, "forward of the watchdog test");
+    setenv("NCCL_EMU_STALL_HOST", "1", 1);
+    const double t0 = wall_s();
+    st = device_path ? g->ops->allreduce_device(g, d, n, SBN_DTYPE_FLOAT64, &sig, s)
+                     : sbn_group_allreduce(g, d, n, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+    const double took = wall_s() - t0;
+    unsetenv("NCCL_EMU_STALL_HOST");
+    const char *path = device_path ? "device-side" : "host-side";
+    CHECK(st == SBN_STATUS_TIMEOUT && took >= timeout && took < timeout + 2.0,
+          "%s call blocked in NCCL: %s after %.3f s (timeout %g s): %s", path, sbn_status_name(st), took, timeout,
+          sbn_last_error());
+    printf("%s call blocked in NCCL: %s after %.3f s (timeout %g s): %s\n", path, sbn_status_name(st), took,
+           timeout, sbn_last_error());
+    st = sbn_group_barrier(g);
+    CHECK(st == SBN_STATUS_GROUP_BROKEN, "%s: after the watchdog fired, barrier: %s", path, sbn_status_name(st));
+    CK(cudaStreamSynchronize(s));
+    cudaStreamDestroy(s);
+    cudaFree(d);
+    sbn_group_destroy(g);
+  }
+}
+#endif
+
 int main(void) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
@@ -388,6 +439,9 @@ int main(void) {
   CK(cudaSetDevice(0));
   test_kernels();
   test_one_rank();
+#ifdef SBN_CUDA_EMU_NCCL_H
+  test_watchdog();
+#endif
   if (count >= 2) {
     multi_arg a;
     memset(&a, 0, sizeof a);

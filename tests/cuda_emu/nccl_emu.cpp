@@ -5,17 +5,21 @@
  * kernels wait for their peers; the last rank to arrive computes it, in
  * rank order, for all. A rank that never arrives leaves the others' streams
  * not ready, which the caller sees through cudaStreamQuery and ends with
- * ncclCommAbort. */
+ * ncclCommAbort; NCCL_EMU_STALL_HOST=1 makes collective calls block in the host
+ * until aborted (a blocking launch stuck on a peer). */
 #include <nccl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -120,6 +124,13 @@ ncclResult_t collective(ncclComm_t comm, Kind kind, const void *send, void *recv
     return fail(comm, ncclInvalidArgument, m);
   }
   std::shared_ptr<State> st = comm->st;
+  /* NCCL_EMU_STALL_HOST=1: the call blocks in the host until the
+   * communicator is aborted (another thread's ncclCommAbort), as a blocking
+   * communicator's launch does while it connects to a stuck peer. */
+  if (const char *stall = getenv("NCCL_EMU_STALL_HOST"); stall && atoi(stall) == 1) {
+    while (!st->aborted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return ncclSystemError; /* comm is gone: no error text on it */
+  }
   bool joined = false;
   uint64_t id = 0;
   /* runs in stream order, maybe several times: joins once, then waits */
