@@ -49,7 +49,31 @@ $(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o $(BUILD)/src/comm/mpi_req
 
 MPI_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o
 
-$(BUILD)/tests/mpi/%: tests/mpi/%.c tests/mpi/mpi_case.h $(MPI_TEST_SUPPORT) $(SBN_STATIC)
+# The GPU equivalence suite over MPI processes sharing a GPU
+# (tests/cuda/test_cuda_mpi.c, the host-staged path): built with the CUDA
+# layer (scripts/gpu-check.sh runs it where mpirun is found; without a GPU
+# it prints SKIP) and under the CUDA emulator (mk/cuda_emu.mk), where make
+# test runs it.
+ifneq ($(strip $(MPICC)),)
+CUDA_MPI_DEPS := tests/cuda/test_cuda_mpi.c tests/mpi/mpi_case.h tests/mpi/mpi_check.h $(MPI_TEST_SUPPORT) $(SBN_STATIC)
+ifneq ($(strip $(SBN_CUDA_LINK)),)
+$(BUILD)/tests/cuda/test_cuda_mpi: $(CUDA_MPI_DEPS) $(BUILD)/libsyncbn_cuda.a
+	@mkdir -p $(dir $@)
+	$(SBN_LD) $(MPI_CFLAGS) -I$(CUDA_HOME)/include -Itests -Itests/mpi -o $@ $< $(MPI_TEST_SUPPORT) $(SBN_CUDA_LINK)
+all: $(BUILD)/tests/cuda/test_cuda_mpi
+endif
+ifneq ($(strip $(EMU_DIR)),)
+$(EMU_DIR)/plain/test_cuda_mpi: $(CUDA_MPI_DEPS) $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(SBN_CC) -O2 $(MPI_CFLAGS) -Itests/cuda_emu/include -Itests -Itests/mpi -c $< -o $@.o
+	$(EMU_CXX) -O2 -o $@ $@.o $(MPI_TEST_SUPPORT) -Wl,-u,sbn_internal_cuda_device_v2 \
+	    $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(SBN_STATIC_LINK)
+all: $(EMU_DIR)/plain/test_cuda_mpi
+EXTRA_TEST_CMDS += 'cmd:tests/mpi/run_mpi.sh $(BUILD) cuda $(EMU_DIR)/plain/test_cuda_mpi'
+endif
+endif
+
+$(BUILD)/tests/mpi/%: tests/mpi/%.c tests/mpi/mpi_case.h tests/mpi/mpi_check.h $(MPI_TEST_SUPPORT) $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) $(MPI_CFLAGS) -Itests -Itests/mpi -o $@ $< $(MPI_TEST_SUPPORT) $(SBN_STATIC_LINK)
 

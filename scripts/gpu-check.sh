@@ -77,7 +77,7 @@ stage() {
   local progs=()
   # the test commands, with their programs copied to build/gpu/tests
   make -s print-gpu-tests >"$STAGE/tests.list.in"
-  for f in $(awk '{print $1}' "$STAGE/tests.list.in" | sort -u) build/bench/syncbn-bench-gpu; do
+  for f in $(awk '{print $1}' "$STAGE/tests.list.in" | sort -u) build/bench/syncbn-bench-gpu build/tests/cuda/test_cuda_mpi; do
     [ -f "$f" ] && [ -x "$f" ] || continue
     case "$f" in */bench/*) cp "$f" "$STAGE/bench/" ;; *) cp "$f" "$STAGE/tests/" ;; esac
     progs+=("$f")
@@ -182,6 +182,16 @@ while IFS= read -r cmd; do
   name=$(echo "$cmd" | awk '{n = $1; sub(/.*\//, "", n); for (i = 2; i <= NF; i++) n = n "-" $i; print n}')
   step "$name" 180 bash -c "$cmd"
 done <<<"$TEST_CMDS"
+
+# ---- MPI processes sharing the GPU (the host-staged path), where Open MPI is ----
+MPI_PROG=build/tests/cuda/test_cuda_mpi
+[ -f "$STAGE/tests.list" ] && MPI_PROG=$STAGE/tests/test_cuda_mpi
+if command -v mpirun >/dev/null 2>&1 && [ -x "$MPI_PROG" ]; then
+  step mpi-cuda 240 bash tests/mpi/run_mpi.sh build cuda "$MPI_PROG"
+else
+  echo "--- SKIP mpi-cuda (mpirun: $(command -v mpirun || echo 'not found'); $MPI_PROG: $([ -x "$MPI_PROG" ] && echo ok || echo missing))"
+  NAMES+=(mpi-cuda); RESULTS+=("SKIP(no mpirun or no program)")
+fi
 
 # ---- the Python package on CUDA tensors (PyTorch with CUDA) ----
 pylib=build/libsyncbn.so

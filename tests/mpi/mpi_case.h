@@ -65,12 +65,46 @@ static inline void mcase_free(mcase *mc) {
   free(mc->w), free(mc->b);
 }
 
+/* A layer's tensors are in host or (case_dev, bn_case.h) device memory. */
 static inline float *mcase_copy(sbn_bn *bn, sbn_bn_tensor_id id, int64_t C) {
   sbn_tensor v;
   if (sbn_bn_tensor(&v, bn, id) != SBN_STATUS_OK) return NULL;
   float *p = malloc(4 * (size_t)C);
-  memcpy(p, v.data, 4 * (size_t)C);
+  if (case_dev) case_dev->download(p, v.data, 4 * (size_t)C);
+  else memcpy(p, v.data, 4 * (size_t)C);
   return p;
+}
+
+static inline sbn_status mcase_set(sbn_bn *bn, sbn_bn_tensor_id id, const float *src, int64_t C) {
+  sbn_tensor v;
+  sbn_status st = sbn_bn_tensor(&v, bn, id);
+  if (st != SBN_STATUS_OK) return st;
+  if (case_dev) case_dev->upload(v.data, src, 4 * (size_t)C);
+  else memcpy(v.data, src, 4 * (size_t)C);
+  return SBN_STATUS_OK;
+}
+
+/* One step's forward and backward; with case_dev, on device copies of x
+ * and dy, into device y and dx (poisoned as the host ones), copied back. */
+static inline sbn_status mcase_step(sbn_bn *bn, rank_data *d, float *y, float *dx) {
+  if (!case_dev) {
+    sbn_tensor tx = rank_tensor(d, d->x), ty = rank_tensor(d, y);
+    sbn_tensor tdy = rank_tensor(d, d->dy), tdx = rank_tensor(d, dx);
+    sbn_status st = sbn_bn_forward(bn, &ty, &tx);
+    return st == SBN_STATUS_OK ? sbn_bn_backward(bn, &tdx, &tdy, &tx) : st;
+  }
+  const size_t bytes = 4 * (size_t)(d->numel ? d->numel : 1);
+  float *host[4] = {d->x, d->dy, y, dx};
+  void *dev[4];
+  for (int i = 0; i < 4; i++) dev[i] = case_dev->alloc(bytes), case_dev->upload(dev[i], host[i], bytes);
+  sbn_tensor tx = rank_tensor(d, dev[0]), tdy = rank_tensor(d, dev[1]);
+  sbn_tensor ty = rank_tensor(d, dev[2]), tdx = rank_tensor(d, dev[3]);
+  tx.device = tdy.device = ty.device = tdx.device = case_dev->device;
+  sbn_status st = sbn_bn_forward(bn, &ty, &tx);
+  if (st == SBN_STATUS_OK) st = sbn_bn_backward(bn, &tdx, &tdy, &tx);
+  if (st == SBN_STATUS_OK) case_dev->download(y, dev[2], bytes), case_dev->download(dx, dev[3], bytes);
+  for (int i = 0; i < 4; i++) case_dev->release(dev[i]);
+  return st;
 }
 
 #define MCASE_TRY(call)                                                              \
@@ -118,13 +152,17 @@ static inline int mcase_rank(sbn_group *world, mcase *mc, int rank) {
     }
     group = sub;
   }
-  MCASE_TRY(sbn_bn_create(&bn, &cfg->opt, group));
-  sbn_tensor v;
+  sbn_bn_options opt = cfg->opt;
+  if (case_dev) opt.device = case_dev->device;
+  MCASE_TRY(sbn_bn_create(&bn, &opt, group));
+  if (case_dev && case_dev->rank_begin && case_dev->rank_begin(bn, rank) != 0) {
+    mc->status[rank] = SBN_STATUS_INTERNAL;
+    snprintf(mc->msg[rank], sizeof mc->msg[rank], "the device hook's rank_begin failed");
+    goto done;
+  }
   if (cfg->opt.affine) {
-    MCASE_TRY(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_WEIGHT));
-    memcpy(v.data, mc->w, 4 * (size_t)C);
-    MCASE_TRY(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_BIAS));
-    memcpy(v.data, mc->b, 4 * (size_t)C);
+    MCASE_TRY(mcase_set(bn, SBN_BN_TENSOR_WEIGHT, mc->w, C));
+    MCASE_TRY(mcase_set(bn, SBN_BN_TENSOR_BIAS, mc->b, C));
   }
   for (int s = 0; s < mcase_steps(mc); s++) {
     rank_data *d = &mc->data[s][rank];
@@ -133,11 +171,8 @@ static inline int mcase_rank(sbn_group *world, mcase *mc, int rank) {
     rec->dx = malloc(4 * (size_t)(d->numel ? d->numel : 1));
     for (int64_t i = 0; i < d->numel; i++) rec->y[i] = rec->dx[i] = NAN; /* every element must be written */
     MCASE_TRY(sbn_bn_set_training(bn, s < cfg->steps));
-    sbn_tensor x = rank_tensor(d, d->x), y = rank_tensor(d, rec->y);
-    sbn_tensor dy = rank_tensor(d, d->dy), dx = rank_tensor(d, rec->dx);
     MCASE_TRY(sbn_bn_zero_grad(bn));
-    MCASE_TRY(sbn_bn_forward(bn, &y, &x));
-    MCASE_TRY(sbn_bn_backward(bn, &dx, &dy, &x));
+    MCASE_TRY(mcase_step(bn, d, rec->y, rec->dx));
     rec->gw = mcase_copy(bn, SBN_BN_TENSOR_GRAD_WEIGHT, C);
     rec->gb = mcase_copy(bn, SBN_BN_TENSOR_GRAD_BIAS, C);
     rec->rm = mcase_copy(bn, SBN_BN_TENSOR_RUNNING_MEAN, C);
@@ -146,6 +181,7 @@ static inline int mcase_rank(sbn_group *world, mcase *mc, int rank) {
   }
 done:
   sbn_bn_destroy(bn);
+  if (bn && case_dev && case_dev->rank_end) case_dev->rank_end(rank);
   sbn_group_destroy(sub);
   sbn_group_destroy(other);
   return mc->status[rank];

@@ -3,6 +3,7 @@
 # Each mpirun is bounded by `timeout`, so a hang fails instead of stalling
 # CI; every part prints its evidence; exit status non-zero on any failure.
 # Usage: tests/mpi/run_mpi.sh BUILD equivalence|faults|algorithms|kill|torch
+#        tests/mpi/run_mpi.sh BUILD cuda PROGRAM   (test_cuda_mpi: GPU or emulated)
 set -u
 build=$1; what=$2
 # Open MPI refuses root without these (CI containers run as root); the test
@@ -26,6 +27,14 @@ abandoning() {
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 case "$what" in
+cuda)
+  # Processes sharing a GPU through the MPI group (the host-staged path);
+  # the program prints SKIP without a GPU.
+  prog=$3
+  for np in 2 3 4; do
+    echo "### mpirun -np $np $(basename "$prog")"
+    timeout -k 5 600 "${MPIRUN[@]}" -np "$np" "$prog" 12 || fail "np=$np (exit $?)"
+  done ;;
 equivalence)
   for np in 1 2 3 4; do
     echo "### mpirun -np $np test_mpi_equivalence"
