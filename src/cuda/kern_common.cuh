@@ -43,7 +43,17 @@ namespace sbn_cuda {
 
 constexpr int NT = 256;           /* threads per block */
 constexpr int WARPS = NT / 32;
-constexpr int MAX_TX = 8;         /* rows layout: at most 8 x 8 = 64 channels per tile */
+/* rows layout: at most 8 x MAX_TX = 64 channels per tile; SBN_CUDA_MAX_TX
+ * = 16 (the most: reduce_cl combines 16 sums per tx with its NT threads)
+ * gives tiles of 128 channels, to measure (the rows a tile holds, and so
+ * the order of the additions, change with it) */
+#ifdef SBN_CUDA_MAX_TX
+constexpr int MAX_TX = SBN_CUDA_MAX_TX;
+#else
+constexpr int MAX_TX = 8;
+#endif
+static_assert(MAX_TX == 8 || MAX_TX == 16, "SBN_CUDA_MAX_TX: 8 or 16");
+static_assert(16 * MAX_TX <= NT, "reduce_cl: one thread per (tx, sum) in the combine");
 constexpr int64_t MAX_RPT_ELEMT = 256; /* channels-first elementwise: rows per tile (coefficient table) */
 
 
@@ -65,9 +75,17 @@ struct DF16 {
   __device__ static __forceinline__ S st(float f) { return __half_as_ushort(__float2half_rn(f)); }
 };
 
-/* groups per thread (see the header comment) */
+/* groups per thread (see the header comment); SBN_CUDA_GPT (4, 8 or 16)
+ * overrides it for every dtype, to measure (tiles, and so the order of the
+ * additions, change with it) */
+#ifdef SBN_CUDA_GPT
+static_assert(SBN_CUDA_GPT == 4 || SBN_CUDA_GPT == 8 || SBN_CUDA_GPT == 16, "SBN_CUDA_GPT: 4, 8 or 16");
+template <class D> struct Gpt { static constexpr int value = SBN_CUDA_GPT; };
+static inline int gpt_of(sbn_dtype) { return SBN_CUDA_GPT; }
+#else
 template <class D> struct Gpt { static constexpr int value = sizeof(typename D::S) == 4 ? 4 : 8; };
 static inline int gpt_of(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 8; }
+#endif
 /* Groups a thread loads before it uses the first one: more bytes in
  * flight, more registers. Measured on an H100 (BENCHMARKS.md): float32
  * gains from 4 (2 in the passes that read two tensors), 16-bit storage,
