@@ -58,11 +58,12 @@
  * (a caller's non-blocking communicator) are polled the same way; on a
  * blocking one (the bootstrapped groups': nccl_watch.h says why) a host call
  * that blocks is ended by the group's watchdog, which aborts the
- * communicator at the deadline. A stopped rank (SIGSTOP) blocks its peers' NCCL kernels; their next
- * synchronizing call times out and aborts; when the stopped rank resumes,
- * its own next synchronizing call times out too (its peers are gone), and
- * device work waiting on it ends with the abort. NCCL errors become
- * SBN_STATUS_BACKEND_ERROR with NCCL's text, and break the group. */
+ * communicator at the deadline. A stopped rank (SIGSTOP) blocks its peers'
+ * NCCL kernels; their next synchronizing call times out and aborts; when
+ * the stopped rank resumes, its own next synchronizing call times out too
+ * (its peers are gone), and device work waiting on it ends with the abort.
+ * NCCL errors become SBN_STATUS_BACKEND_ERROR with NCCL's text, and break
+ * the group. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -310,13 +311,16 @@ static sbn_status enqueue_sum(sbn_group *g, void *x, size_t n, int is_f32, uint6
   int rc = sbn_nx_prepare(stream, tags, x, n, is_f32, hash, status);
   if (rc) st = cuda_error(g, (cudaError_t)rc, "the prepare kernel", what);
   if (st == SBN_STATUS_OK)
-    st = settle(g, WATCHED(m, deadline, ncclAllReduce(tags, tags, SBN_NX_CTRL + n, ncclUint8, ncclMax, m->comm, stream)),
+    st = settle(g,
+                WATCHED(m, deadline, ncclAllReduce(tags, tags, SBN_NX_CTRL + n, ncclUint8, ncclMax, m->comm, stream)),
                 "ncclAllReduce(max)", what, deadline);
   if (st == SBN_STATUS_OK && n) {
     rc = sbn_nx_encode(stream, bins, x, n, is_f32, tags);
     if (rc) st = cuda_error(g, (cudaError_t)rc, "the encode kernel", what);
     if (st == SBN_STATUS_OK)
-      st = settle(g, WATCHED(m, deadline, ncclAllReduce(bins, bins, SBN_NX_WORDS * n, ncclInt64, ncclSum, m->comm, stream)),
+      st = settle(g,
+                  WATCHED(m, deadline,
+                          ncclAllReduce(bins, bins, SBN_NX_WORDS * n, ncclInt64, ncclSum, m->comm, stream)),
                   "ncclAllReduce(sum)", what, deadline);
   }
   if (st == SBN_STATUS_OK) {
@@ -351,7 +355,9 @@ static sbn_status slow_verdict(sbn_group *g, const sbn_sig *sig, double deadline
     st = cuda_error(g, e, "cudaMemcpyAsync", sig->what);
     goto done;
   }
-  st = settle(g, WATCHED(m, deadline, ncclAllGather(dev + sizeof mine * (size_t)P, dev, sizeof mine, ncclUint8, m->comm, m->stream)),
+  st = settle(g,
+              WATCHED(m, deadline,
+                      ncclAllGather(dev + sizeof mine * (size_t)P, dev, sizeof mine, ncclUint8, m->comm, m->stream)),
               "ncclAllGather", sig->what, deadline);
   if (st == SBN_STATUS_OK) {
     e = cudaMemcpyAsync(host, dev, sizeof mine * (size_t)P, cudaMemcpyDeviceToHost, m->stream);
@@ -538,8 +544,8 @@ static sbn_status nccl_broadcast(sbn_group *g, void *buf, size_t bytes, int root
     }
   }
   if (st == SBN_STATUS_OK)
-    st = settle(g, WATCHED(m, deadline, ncclBroadcast(d, d, bytes, ncclUint8, root, m->comm, m->stream)), "ncclBroadcast", sig.what,
-                deadline);
+    st = settle(g, WATCHED(m, deadline, ncclBroadcast(d, d, bytes, ncclUint8, root, m->comm, m->stream)),
+                "ncclBroadcast", sig.what, deadline);
   if (st == SBN_STATUS_OK && !where && g->rank != root) {
     cudaError_t e = cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, m->stream);
     if (e != cudaSuccess) st = cuda_error(g, e, "cudaMemcpyAsync", sig.what);

@@ -113,7 +113,8 @@ int main(int argc, char **argv) {
         check_reference(&mc, &er);
         mcase_generate(&mt, &cfg, k % 2);
         sbn_status ts = sbn_team_run(P, team_fn, &mt);
-        if (ts != SBN_STATUS_OK) printf("  threads run failed: %s: %s\n", sbn_status_name(ts), sbn_last_error()), bad = 1;
+        if (ts != SBN_STATUS_OK)
+          printf("  threads run failed: %s: %s\n", sbn_status_name(ts), sbn_last_error()), bad = 1;
         else diffs = check_bitwise(&mc, &mt);
         mcase_free(&mt);
         bad |= !(er.y <= TOL_Y) || !(er.dx <= TOL_DX_REL) || !(er.gw <= TOL_REL) || !(er.gb <= TOL_REL) ||
