@@ -83,9 +83,9 @@ SBN_API sbn_status sbn_group_create_nccl_comm(sbn_group **out, const void *comm,
  * the group (sbn_group_destroy it first, then ncclCommDestroy), and the
  * caller must not run collectives on it concurrently with the group's
  * (interleaving on the same stream is fine). A timeout aborts it (above).
- * Blocking and non-blocking communicators both work; a blocking one is
- * faster (on a non-blocking one NCCL starts a host thread per launch, and
- * each collective here makes two launches).
+ * Blocking and non-blocking communicators both work; prefer a blocking
+ * one: on a non-blocking one NCCL (2.28) starts a host thread for every
+ * launch, and each collective here makes two launches.
  * Sub-groups (sbn_group_split, sbn_group_new) use ncclCommSplit and own
  * their new communicators. Without NCCL support: SBN_STATUS_NOT_BUILT. */
 static inline sbn_status sbn_group_create_nccl(sbn_group **out, ncclComm_t comm, int device) {
