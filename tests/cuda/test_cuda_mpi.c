@@ -98,38 +98,11 @@ int main(int argc, char **argv) {
     case_cfg cfg;
     const int halves = P >= 2 && k % 3 == 2;
     case_random(&cfg, &r, P, halves); /* the same stream on every rank: the same configuration */
-    static mcase mc, mt;
+    static mcase mc;
     mcase_generate(&mc, &cfg, k % 2);
     mcase_rank(world, &mc, rank);
     collect(&mc, rank);
-    if (rank == 0) {
-      char desc[512];
-      int bad = 0, diffs = -1;
-      for (int p = 0; p < P; p++)
-        if (mc.status[p] != SBN_STATUS_OK)
-          printf("  rank %d failed: %s: %s\n", p, sbn_status_name(mc.status[p]), mc.msg[p]), bad = 1;
-      errs er = {0};
-      if (!bad) {
-        check_reference(&mc, &er);
-        mcase_generate(&mt, &cfg, k % 2);
-        sbn_status ts = sbn_team_run(P, team_fn, &mt);
-        if (ts != SBN_STATUS_OK)
-          printf("  threads run failed: %s: %s\n", sbn_status_name(ts), sbn_last_error()), bad = 1;
-        else diffs = check_bitwise(&mc, &mt);
-        mcase_free(&mt);
-        bad |= !(er.y <= TOL_Y) || !(er.dx <= TOL_DX_REL) || !(er.gw <= TOL_REL) || !(er.gb <= TOL_REL) ||
-               !(er.rm <= TOL_REL) || !(er.rv <= TOL_REL) || er.nbt_bad || diffs != 0;
-        worst(&tot.y, er.y), worst(&tot.dx, er.dx), worst(&tot.gw, er.gw), worst(&tot.gb, er.gb);
-        worst(&tot.rm, er.rm), worst(&tot.rv, er.rv);
-        if (diffs > 0) bitwise_diffs += diffs;
-      }
-      failures += bad;
-      printf("%-4s %s%s: y %.1e dx %.1e gw %.1e gb %.1e rm %.1e rv %.1e; vs GPU thread ranks: %s%s\n",
-             bad ? "FAIL" : "ok", case_describe(desc, sizeof desc, &cfg),
-             cfg.halves ? (k % 2 ? " [split]" : " [new_group]") : "", er.y, er.dx, er.gw, er.gb, er.rm, er.rv,
-             diffs == 0 ? "bitwise identical" : diffs < 0 ? "not compared" : "DIFFERENT",
-             er.nbt_bad ? " num_batches_tracked WRONG" : "");
-    }
+    if (rank == 0) failures += check_case(&mc, k, "GPU thread ranks", &tot, &bitwise_diffs);
     mcase_free(&mc);
   }
   MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -107,4 +107,37 @@ static inline void collect(mcase *mc, int rank) {
   }
 }
 
+/* Rank 0, after collect: case k (mc, run over MPI with use_split = k % 2)
+ * against the reference and, bitwise, against thread ranks running it
+ * (`vs` names them in the line printed). Folds the errors into *tot and
+ * the differing records into *bitwise_diffs; returns 1 if the case failed. */
+static inline int check_case(const mcase *mc, int k, const char *vs, errs *tot, int *bitwise_diffs) {
+  const case_cfg *cfg = &mc->cfg;
+  static mcase mt;
+  char desc[512];
+  int bad = 0, diffs = -1;
+  for (int p = 0; p < cfg->P; p++)
+    if (mc->status[p] != SBN_STATUS_OK)
+      printf("  rank %d failed: %s: %s\n", p, sbn_status_name(mc->status[p]), mc->msg[p]), bad = 1;
+  errs e = {0};
+  if (!bad) {
+    check_reference(mc, &e);
+    mcase_generate(&mt, cfg, k % 2);
+    sbn_status ts = sbn_team_run(cfg->P, team_fn, &mt);
+    if (ts != SBN_STATUS_OK) printf("  threads run failed: %s: %s\n", sbn_status_name(ts), sbn_last_error()), bad = 1;
+    else diffs = check_bitwise(mc, &mt);
+    mcase_free(&mt);
+    bad |= !(e.y <= TOL_Y) || !(e.dx <= TOL_DX_REL) || !(e.gw <= TOL_REL) || !(e.gb <= TOL_REL) ||
+           !(e.rm <= TOL_REL) || !(e.rv <= TOL_REL) || e.nbt_bad || diffs != 0;
+    worst(&tot->y, e.y), worst(&tot->dx, e.dx), worst(&tot->gw, e.gw), worst(&tot->gb, e.gb);
+    worst(&tot->rm, e.rm), worst(&tot->rv, e.rv);
+    if (diffs > 0) *bitwise_diffs += diffs;
+  }
+  printf("%-4s %s%s: y %.1e dx %.1e gw %.1e gb %.1e rm %.1e rv %.1e; vs %s: %s%s\n", bad ? "FAIL" : "ok",
+         case_describe(desc, sizeof desc, cfg), cfg->halves ? (k % 2 ? " [split]" : " [new_group]") : "", e.y, e.dx,
+         e.gw, e.gb, e.rm, e.rv, vs, diffs == 0 ? "bitwise identical" : diffs < 0 ? "not compared" : "DIFFERENT",
+         e.nbt_bad ? " num_batches_tracked WRONG" : "");
+  return bad;
+}
+
 #endif

@@ -320,37 +320,11 @@ int main(int argc, char **argv) {
     case_cfg cfg;
     const int halves = P >= 2 && k % 3 == 2;
     case_random(&cfg, &r, P, halves); /* same stream on every rank: same configuration */
-    static mcase mc, mt;
+    static mcase mc;
     mcase_generate(&mc, &cfg, k % 2);
     mcase_rank(world, &mc, rank);
     collect(&mc, rank);
-    if (rank == 0) {
-      char desc[512];
-      int bad = 0;
-      for (int p = 0; p < P; p++)
-        if (mc.status[p] != SBN_STATUS_OK) printf("  rank %d failed: %s: %s\n", p, sbn_status_name(mc.status[p]), mc.msg[p]), bad = 1;
-      errs e = {0};
-      int diffs = -1;
-      if (!bad) {
-        check_reference(&mc, &e);
-        mcase_generate(&mt, &cfg, k % 2);
-        sbn_status ts = sbn_team_run(P, team_fn, &mt);
-        if (ts != SBN_STATUS_OK) printf("  threads run failed: %s: %s\n", sbn_status_name(ts), sbn_last_error()), bad = 1;
-        else diffs = check_bitwise(&mc, &mt);
-        mcase_free(&mt);
-        bad |= !(e.y <= TOL_Y) || !(e.dx <= TOL_DX_REL) || !(e.gw <= TOL_REL) || !(e.gb <= TOL_REL) ||
-               !(e.rm <= TOL_REL) || !(e.rv <= TOL_REL) || e.nbt_bad || diffs != 0;
-        worst(&tot.y, e.y), worst(&tot.dx, e.dx), worst(&tot.gw, e.gw), worst(&tot.gb, e.gb);
-        worst(&tot.rm, e.rm), worst(&tot.rv, e.rv);
-        if (diffs > 0) bitwise_diffs += diffs;
-      }
-      failures += bad;
-      printf("%-4s %s%s: y %.1e dx %.1e gw %.1e gb %.1e rm %.1e rv %.1e; vs threads: %s%s\n",
-             bad ? "FAIL" : "ok", case_describe(desc, sizeof desc, &cfg),
-             cfg.halves ? (k % 2 ? " [split]" : " [new_group]") : "", e.y, e.dx, e.gw, e.gb, e.rm, e.rv,
-             diffs == 0 ? "bitwise identical" : diffs < 0 ? "not compared" : "DIFFERENT",
-             e.nbt_bad ? " num_batches_tracked WRONG" : "");
-    }
+    if (rank == 0) failures += check_case(&mc, k, "threads", &tot, &bitwise_diffs);
     mcase_free(&mc);
   }
   MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD);
