@@ -18,8 +18,11 @@
  * rank, run after run, equal to the threads and MPI backends' sums. Cost per
  * collective of n values: two NCCL all-reduces (n + 24 bytes, then 32n
  * bytes) and three small kernels; scratch comes from the stream-ordered
- * allocator (cudaMallocAsync), so nothing is shared between streams and a
- * step can be captured in a CUDA graph.
+ * allocator, so nothing is shared between streams and a step can be
+ * captured in a CUDA graph. It is the group's own memory pool, which keeps
+ * what is freed: the device's default pool gives its memory back at every
+ * synchronization (release threshold 0), and mapping it again made each
+ * collective cost ~47 us of host time on an H200 (BENCHMARKS.md).
  *
  * DEVICE PATH (allreduce_device: the layers' statistics). Enqueued on the
  * caller's stream; nothing waits for the host. The signature check happens
@@ -122,6 +125,7 @@ typedef struct nccl_impl {
   int64_t *err_dev;      /* the same, as the kernels see it */
   uint8_t *ctrl_host;    /* pinned: reduced control bytes read back */
   uint64_t seq;          /* collectives started on this handle */
+  cudaMemPool_t pool;    /* the scratch's pool (NULL: the device's default pool) */
   sbn_nccl_watch watch;  /* aborts comm when a host call blocks past its deadline */
 } nccl_impl;
 
@@ -254,6 +258,34 @@ static void leave_device(const nccl_impl *m, int prev) {
   if (prev >= 0 && prev != m->device) cudaSetDevice(prev);
 }
 
+/* Stream-ordered scratch from the group's pool (freed with cudaFreeAsync). */
+static cudaError_t scratch_alloc(const nccl_impl *m, void **p, size_t bytes, cudaStream_t stream) {
+  return m->pool ? cudaMallocFromPoolAsync(p, bytes, m->pool, stream) : cudaMallocAsync(p, bytes, stream);
+}
+
+/* A pool on the group's device that keeps the memory freed into it (the
+ * scratch is a few kilobytes a layer); NULL where pools are not supported. */
+static cudaMemPool_t make_pool(int device) {
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = NULL;
+  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) {
+    cudaGetLastError();
+    return NULL;
+  }
+  uint64_t keep = UINT64_MAX;
+  if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+    cudaGetLastError();
+    cudaMemPoolDestroy(pool);
+    return NULL;
+  }
+  return pool;
+}
+
 static uint64_t sig_hash(const sbn_sig *s) {
   uint64_t v[5] = {(uint64_t)(uint32_t)s->kind, (uint64_t)(uint32_t)s->layer, (uint64_t)s->count,
                    (uint64_t)(uint32_t)s->dtype, s->extra};
@@ -300,8 +332,8 @@ static sbn_status enqueue_sum(sbn_group *g, void *x, size_t n, int is_f32, uint6
   nccl_impl *m = g->impl;
   uint8_t *tags = NULL;
   int64_t *bins = NULL;
-  cudaError_t e = cudaMallocAsync((void **)&tags, SBN_NX_CTRL + n, stream);
-  if (e == cudaSuccess && n) e = cudaMallocAsync((void **)&bins, sizeof *bins * SBN_NX_WORDS * n, stream);
+  cudaError_t e = scratch_alloc(m, (void **)&tags, SBN_NX_CTRL + n, stream);
+  if (e == cudaSuccess && n) e = scratch_alloc(m, (void **)&bins, sizeof *bins * SBN_NX_WORDS * n, stream);
   if (e != cudaSuccess) {
     if (tags) cudaFreeAsync(tags, stream);
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (nccl): out of device memory for %s (%s)",
@@ -393,7 +425,7 @@ static sbn_status agree(sbn_group *g, const sbn_sig *sig, double deadline) {
   nccl_impl *m = g->impl;
   const uint64_t hash = sig_hash(sig);
   uint8_t *ctrl = NULL;
-  cudaError_t e = cudaMallocAsync((void **)&ctrl, SBN_NX_CTRL, m->stream);
+  cudaError_t e = scratch_alloc(m, (void **)&ctrl, SBN_NX_CTRL, m->stream);
   if (e != cudaSuccess)
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (nccl): out of device memory for %s (%s)", g->name,
                     sig->what, cudaGetErrorString(e));
@@ -475,7 +507,7 @@ static sbn_status nccl_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtyp
   const size_t bytes = count * (dtype == SBN_DTYPE_FLOAT32 ? 4 : 8);
   void *d = buf;
   if (!where) {
-    cudaError_t e = cudaMallocAsync(&d, bytes, m->stream);
+    cudaError_t e = scratch_alloc(m, &d, bytes, m->stream);
     if (e != cudaSuccess) {
       st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (nccl): out of device memory staging %zu %s values",
                     g->name, count, fp_name(dtype));
@@ -532,7 +564,7 @@ static sbn_status nccl_broadcast(sbn_group *g, void *buf, size_t bytes, int root
   if (st != SBN_STATUS_OK || !bytes) goto out;
   void *d = buf;
   if (!where) {
-    cudaError_t e = cudaMallocAsync(&d, bytes, m->stream);
+    cudaError_t e = scratch_alloc(m, &d, bytes, m->stream);
     if (e != cudaSuccess) {
       st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s' (nccl): out of device memory staging %zu bytes",
                     g->name, bytes);
@@ -573,6 +605,7 @@ static void impl_free(nccl_impl *m) {
   if (m->stream) cudaStreamDestroy(m->stream);
   if (m->err_host) cudaFreeHost(m->err_host);
   if (m->ctrl_host) cudaFreeHost(m->ctrl_host);
+  if (m->pool) cudaMemPoolDestroy(m->pool); /* released once graphs and streams free what they hold */
   free(m);
 }
 
@@ -605,6 +638,7 @@ static sbn_status wrap(sbn_group **out, ncclComm_t comm, int owned, int device, 
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&m->err_host, 3 * sizeof(int64_t), cudaHostAllocMapped);
     if (e == cudaSuccess) e = cudaHostGetDevicePointer((void **)&m->err_dev, m->err_host, 0);
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&m->ctrl_host, SBN_NX_CTRL, cudaHostAllocDefault);
+    if (e == cudaSuccess) m->pool = make_pool(device);
     leave_device(m, prev);
     if (e != cudaSuccess)
       st = sbn_fail(SBN_STATUS_BACKEND_ERROR, "group '%s' (nccl): could not set up on CUDA device %d: %s", name,

@@ -202,6 +202,64 @@ __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typenam
   }
 }
 
+/* The same pass with the coefficients read from shared memory where they
+ * are used, one channel at a time, instead of 8 channels' worth held in
+ * registers for the whole tile (64 registers for float32): fewer registers,
+ * more resident blocks, more loads in flight. tab[i][tx] holds channel
+ * 8 tx + i of the tile, so a warp's lanes read neighbouring entries. A
+ * measuring knob for now (SBN_CUDA_CL_TAB); the results are the same bits. */
+#ifdef SBN_CUDA_CL_TAB
+constexpr bool CL_TAB = true;
+#else
+constexpr bool CL_TAB = false;
+#endif
+/* resident blocks it is compiled for; SBN_CUDA_CL_TAB_BLOCKS (measuring)
+ * asks for more than the compiler's choice (registers <= 64K / (NT x it)) */
+template <class D, bool BWD> struct ClTabBlocks {
+#ifdef SBN_CUDA_CL_TAB_BLOCKS
+  static constexpr int value = sizeof(typename D::S) == 4 ? (BWD ? 3 : 4) : (BWD ? 5 : 6);
+#else
+  static constexpr int value = 1;
+#endif
+};
+template <class D, int V, bool BWD>
+__global__ void __launch_bounds__(NT, ClTabBlocks<D, BWD>::value) elemt_cl_tab(typename D::S *out, const typename D::S *x,
+                                                   const typename D::S *dy, cl_plan p,
+                                                   const double *__restrict__ mean, const double *__restrict__ a,
+                                                   const double *__restrict__ b, const double *__restrict__ cc) {
+  typedef typename Arith<D>::K K;
+  constexpr int GPT = Gpt<D>::value;
+  __shared__ K tab[8][MAX_TX];
+  const int64_t C = p.c;
+  const cl_tile t = cl_tile_of(p, blockIdx.x);
+  const int64_t cstart = cl_c0(p, t, 0);
+  for (int j = threadIdx.x; j < p.cbw; j += NT)
+    if (cstart + j < C) tab[j % 8][j / 8] = coef<D, BWD>(cstart + j, mean, a, b, cc);
+  __syncthreads();
+  const int tx = threadIdx.x & (p.tx - 1), ty = threadIdx.x / p.tx;
+  const int64_t c0 = cl_c0(p, t, tx);
+  const int clen = cl_clen(p, c0);
+  if (clen == 0) return;
+  constexpr int B = Batch<D, BWD>::value;
+#pragma unroll
+  for (int k0 = 0; k0 < GPT; k0 += B) {
+    float v[B][8], w[B][8];
+    cl_load_rows<D, V, B, BWD>(p, t, ty, k0, x, dy, c0, clen, v, w);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const K k = tab[i < clen ? i : 0][tx]; /* past C: any filled one (unused) */
+#pragma unroll
+      for (int bb = 0; bb < B; bb++)
+        v[bb][i] = BWD ? Arith<D>::belt(v[bb][i], w[bb][i], k) : Arith<D>::norm(v[bb][i], k);
+    }
+#pragma unroll
+    for (int bb = 0; bb < B; bb++) {
+      const int64_t r = cl_row(p, t, ty, k0 + bb);
+      if (r < p.rows) store_group<D, V>(out + r * C + c0, clen, v[bb]);
+    }
+  }
+}
+
 template <bool BWD>
 int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_geom g, const double *mean,
                const double *a, const double *b, const double *c) {
@@ -216,8 +274,12 @@ int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_ge
     return dispatch(g.dtype, v, [&](auto d, auto vc) {
       typedef decltype(d) D;
       typedef typename D::S S;
-      elemt_cl<D, decltype(vc)::value, BWD>
-          <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, p, mean, a, b, c);
+      if (CL_TAB)
+        elemt_cl_tab<D, decltype(vc)::value, BWD>
+            <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, p, mean, a, b, c);
+      else
+        elemt_cl<D, decltype(vc)::value, BWD>
+            <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, p, mean, a, b, c);
       return launch_status();
     });
   }

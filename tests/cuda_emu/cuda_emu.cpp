@@ -297,6 +297,35 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   if (p && (!find(p, &a) || a.type != cudaMemoryTypeDevice)) return fail(cudaErrorInvalidValue);
   return enqueue(s, [p]() { release(p, cudaMemoryTypeDevice); });
 }
+/* A pool is a device; its memory is allocated like cudaMallocAsync's, on
+ * that device (freeing memory back to it is not modelled). */
+struct CUmemPoolHandle_st {
+  int device;
+};
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const struct cudaMemPoolProps *props) {
+  if (!pool || !props || props->allocType != cudaMemAllocationTypePinned ||
+      props->location.type != cudaMemLocationTypeDevice || props->location.id < 0 || props->location.id >= 4)
+    return fail(cudaErrorInvalidValue);
+  *pool = new CUmemPoolHandle_st{props->location.id};
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+  if (!pool) return fail(cudaErrorInvalidValue);
+  delete pool;
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value) {
+  if (!pool || !value || attr != cudaMemPoolAttrReleaseThreshold) return fail(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t bytes, cudaMemPool_t pool, cudaStream_t s) {
+  if (!pool) return fail(cudaErrorInvalidValue);
+  const int prev = current_device;
+  current_device = pool->device;
+  const cudaError_t e = cudaMallocAsync(p, bytes, s);
+  current_device = prev;
+  return e;
+}
 cudaError_t cudaMallocHost(void **p, size_t bytes) { return alloc(p, bytes, cudaMemoryTypeHost); }
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
   (void)flags;

@@ -72,6 +72,7 @@ typedef struct CUstream_st *cudaStream_t;
 typedef struct CUgraph_st *cudaGraph_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
 typedef struct CUgraphNode_st *cudaGraphNode_t;
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -92,6 +93,24 @@ struct cudaPointerAttributes {
   void *devicePointer;
   void *hostPointer;
 };
+/* memory pools: device memory of one device, stream-ordered */
+enum cudaMemAllocationType { cudaMemAllocationTypeInvalid = 0, cudaMemAllocationTypePinned = 1 };
+enum cudaMemAllocationHandleType { cudaMemHandleTypeNone = 0 };
+enum cudaMemLocationType { cudaMemLocationTypeInvalid = 0, cudaMemLocationTypeDevice = 1 };
+struct cudaMemLocation {
+  enum cudaMemLocationType type;
+  int id;
+};
+struct cudaMemPoolProps {
+  enum cudaMemAllocationType allocType;
+  enum cudaMemAllocationHandleType handleTypes;
+  struct cudaMemLocation location;
+  void *win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+};
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 enum cudaStreamCaptureStatus {
   cudaStreamCaptureStatusNone = 0,
   cudaStreamCaptureStatusActive = 1,
@@ -132,6 +151,10 @@ cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s);
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const struct cudaMemPoolProps *props);
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value);
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t bytes, cudaMemPool_t pool, cudaStream_t s);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void *p);
@@ -177,6 +200,7 @@ template <class T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { r
 template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t bytes) { return cudaMallocHost((void **)p, bytes); }
 template <class T> static inline cudaError_t cudaHostAlloc(T **p, size_t bytes, unsigned f) { return cudaHostAlloc((void **)p, bytes, f); }
 template <class T> static inline cudaError_t cudaMallocAsync(T **p, size_t bytes, cudaStream_t s) { return cudaMallocAsync((void **)p, bytes, s); }
+template <class T> static inline cudaError_t cudaMallocFromPoolAsync(T **p, size_t bytes, cudaMemPool_t pool, cudaStream_t s) { return cudaMallocFromPoolAsync((void **)p, bytes, pool, s); }
 template <class T> static inline cudaError_t cudaHostGetDevicePointer(T **d, void *h, unsigned f) { return cudaHostGetDevicePointer((void **)d, h, f); }
 static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s) { return cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); }
 
