@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typenam
  * more resident blocks, more loads in flight. tab[i][tx] holds channel
  * 8 tx + i of the tile, so a warp's lanes read neighbouring entries. A
  * measuring knob for now (SBN_CUDA_CL_TAB); the results are the same bits. */
-#ifdef SBN_CUDA_CL_TAB
+#if defined(SBN_CUDA_CL_TAB) || defined(SBN_CUDA_CL_TAB_BLOCKS) /* the second implies the first */
 constexpr bool CL_TAB = true;
 #else
 constexpr bool CL_TAB = false;
