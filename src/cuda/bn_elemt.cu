@@ -159,74 +159,17 @@ __global__ void __launch_bounds__(NT) elemt_flat(typename D::S *out, const typen
 }
 
 /* Rows of C channels: tiles of RT rows x CBW channels (cl_plan); thread
- * (tx, ty) writes channels [8 tx, 8 tx + 8) of the tile in GPT rows. */
+ * (tx, ty) writes channels [8 tx, 8 tx + 8) of the tile in GPT rows. The
+ * coefficients are read from shared memory where they are used, one channel
+ * at a time: held in registers for the whole tile, 8 channels' worth took
+ * 64 of float32's 112 registers, and the fewer resident blocks made the
+ * float32 passes 13-25% slower on an H200 (BENCHMARKS.md). tab[i][tx] holds
+ * channel 8 tx + i of the tile, so a warp's lanes read neighbouring entries. */
 template <class D, int V, bool BWD>
 __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typename D::S *x,
                                                const typename D::S *dy, cl_plan p,
                                                const double *__restrict__ mean, const double *__restrict__ a,
                                                const double *__restrict__ b, const double *__restrict__ cc) {
-  typedef typename Arith<D>::K K;
-  constexpr int GPT = Gpt<D>::value;
-  __shared__ K tab[8 * MAX_TX]; /* the tile's channels */
-  const int64_t C = p.c;
-  const cl_tile t = cl_tile_of(p, blockIdx.x);
-  const int64_t cstart = cl_c0(p, t, 0);
-  for (int i = threadIdx.x; i < p.cbw; i += NT)
-    if (cstart + i < C) tab[i] = coef<D, BWD>(cstart + i, mean, a, b, cc);
-  __syncthreads();
-  const int tx = threadIdx.x & (p.tx - 1), ty = threadIdx.x / p.tx;
-  const int64_t c0 = cl_c0(p, t, tx);
-  const int clen = cl_clen(p, c0);
-  if (clen == 0) return;
-  K k[8];
-#pragma unroll
-  for (int i = 0; i < 8; i++) k[i] = tab[8 * tx + (i < clen ? i : 0)]; /* past C: any filled one (unused) */
-  /* B rows at a time, all loaded before the first store (see elemt_cf);
-   * fewer in the backward pass, whose coefficients already take registers */
-  constexpr int B = Batch<D, BWD>::value;
-#pragma unroll
-  for (int k0 = 0; k0 < GPT; k0 += B) {
-    float v[B][8], w[B][8];
-    cl_load_rows<D, V, B, BWD>(p, t, ty, k0, x, dy, c0, clen, v, w);
-#pragma unroll
-    for (int b = 0; b < B; b++) {
-      const int64_t r = cl_row(p, t, ty, k0 + b);
-      if (r < p.rows) {
-        float o[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-          o[i] = BWD ? Arith<D>::belt(v[b][i], w[b][i], k[i]) : Arith<D>::norm(v[b][i], k[i]);
-        store_group<D, V>(out + r * C + c0, clen, o);
-      }
-    }
-  }
-}
-
-/* The same pass with the coefficients read from shared memory where they
- * are used, one channel at a time, instead of 8 channels' worth held in
- * registers for the whole tile (64 registers for float32): fewer registers,
- * more resident blocks, more loads in flight. tab[i][tx] holds channel
- * 8 tx + i of the tile, so a warp's lanes read neighbouring entries. A
- * measuring knob for now (SBN_CUDA_CL_TAB); the results are the same bits. */
-#if defined(SBN_CUDA_CL_TAB) || defined(SBN_CUDA_CL_TAB_BLOCKS) /* the second implies the first */
-constexpr bool CL_TAB = true;
-#else
-constexpr bool CL_TAB = false;
-#endif
-/* resident blocks it is compiled for; SBN_CUDA_CL_TAB_BLOCKS (measuring)
- * asks for more than the compiler's choice (registers <= 64K / (NT x it)) */
-template <class D, bool BWD> struct ClTabBlocks {
-#ifdef SBN_CUDA_CL_TAB_BLOCKS
-  static constexpr int value = sizeof(typename D::S) == 4 ? (BWD ? 3 : 4) : (BWD ? 5 : 6);
-#else
-  static constexpr int value = 1;
-#endif
-};
-template <class D, int V, bool BWD>
-__global__ void __launch_bounds__(NT, ClTabBlocks<D, BWD>::value) elemt_cl_tab(typename D::S *out, const typename D::S *x,
-                                                   const typename D::S *dy, cl_plan p,
-                                                   const double *__restrict__ mean, const double *__restrict__ a,
-                                                   const double *__restrict__ b, const double *__restrict__ cc) {
   typedef typename Arith<D>::K K;
   constexpr int GPT = Gpt<D>::value;
   __shared__ K tab[8][MAX_TX];
@@ -240,6 +183,7 @@ __global__ void __launch_bounds__(NT, ClTabBlocks<D, BWD>::value) elemt_cl_tab(t
   const int64_t c0 = cl_c0(p, t, tx);
   const int clen = cl_clen(p, c0);
   if (clen == 0) return;
+  /* B rows at a time, all loaded before the first store (see elemt_cf) */
   constexpr int B = Batch<D, BWD>::value;
 #pragma unroll
   for (int k0 = 0; k0 < GPT; k0 += B) {
@@ -274,12 +218,8 @@ int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_ge
     return dispatch(g.dtype, v, [&](auto d, auto vc) {
       typedef decltype(d) D;
       typedef typename D::S S;
-      if (CL_TAB)
-        elemt_cl_tab<D, decltype(vc)::value, BWD>
-            <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, p, mean, a, b, c);
-      else
-        elemt_cl<D, decltype(vc)::value, BWD>
-            <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, p, mean, a, b, c);
+      elemt_cl<D, decltype(vc)::value, BWD>
+          <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, p, mean, a, b, c);
       return launch_status();
     });
   }

@@ -102,6 +102,17 @@ template <class D, bool TWO = false> struct Batch {
   static constexpr int value = TWO && base > 1 ? base / 2 : base;
   static_assert(base == 1 || base == 2 || base == 4, "SBN_CUDA_BATCH: 1, 2 or 4");
 };
+/* The reduction passes' batch: Batch's; SBN_CUDA_RBATCH (1, 2 or 4: half
+ * that when two tensors are read) overrides it for every dtype in the
+ * reductions alone, to measure (no store aliases their loads). */
+template <class D, bool TWO = false> struct RBatch {
+#ifdef SBN_CUDA_RBATCH
+  static_assert(SBN_CUDA_RBATCH == 1 || SBN_CUDA_RBATCH == 2 || SBN_CUDA_RBATCH == 4, "SBN_CUDA_RBATCH: 1, 2 or 4");
+  static constexpr int value = TWO && SBN_CUDA_RBATCH > 1 ? SBN_CUDA_RBATCH / 2 : SBN_CUDA_RBATCH;
+#else
+  static constexpr int value = Batch<D, TWO>::value;
+#endif
+};
 static inline int dtype_size(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 2; }
 
 /* ---- groups of 8 values ---- */
