@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
   double as = 0.0, aq = 0.0;
   /* groups threadIdx.x, + NT, + 2 NT, ... in order, B at a time: their
    * loads are all issued before the first add */
-  constexpr int B = RBatch<D, BWD>::value;
+  constexpr int B = Batch<D, BWD>::value;
   for (uint32_t g0 = threadIdx.x; g0 < ng; g0 += B * NT) {
     float v[B][8], w[B][8];
     int len[B];
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict_
   const int64_t tend = (chunk + 1) * p.tpc < p.nrt ? (chunk + 1) * p.tpc : p.nrt;
   if (clen > 0) {
     /* B rows at a time: their loads are all issued before the first add */
-    constexpr int B = RBatch<D, BWD>::value;
+    constexpr int B = Batch<D, BWD>::value;
     for (t.rti = chunk * p.tpc; t.rti < tend; t.rti++) {
 #pragma unroll
       for (int k0 = 0; k0 < GPT; k0 += B) {

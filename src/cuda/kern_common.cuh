@@ -43,16 +43,9 @@ namespace sbn_cuda {
 
 constexpr int NT = 256;           /* threads per block */
 constexpr int WARPS = NT / 32;
-/* rows layout: at most 8 x MAX_TX = 64 channels per tile; SBN_CUDA_MAX_TX
- * = 16 (the most: reduce_cl combines 16 sums per tx with its NT threads)
- * gives tiles of 128 channels, to measure (the rows a tile holds, and so
- * the order of the additions, change with it) */
-#ifdef SBN_CUDA_MAX_TX
-constexpr int MAX_TX = SBN_CUDA_MAX_TX;
-#else
+/* rows layout: at most 8 x MAX_TX = 64 channels per tile (tiles of 128
+ * were up to 12% slower on an H200: BENCHMARKS.md) */
 constexpr int MAX_TX = 8;
-#endif
-static_assert(MAX_TX == 8 || MAX_TX == 16, "SBN_CUDA_MAX_TX: 8 or 16");
 static_assert(16 * MAX_TX <= NT, "reduce_cl: one thread per (tx, sum) in the combine");
 constexpr int64_t MAX_RPT_ELEMT = 256; /* channels-first elementwise: rows per tile (coefficient table) */
 
@@ -102,17 +95,6 @@ template <class D, bool TWO = false> struct Batch {
   static constexpr int value = TWO && base > 1 ? base / 2 : base;
   static_assert(base == 1 || base == 2 || base == 4, "SBN_CUDA_BATCH: 1, 2 or 4");
 };
-/* The reduction passes' batch: Batch's; SBN_CUDA_RBATCH (1, 2 or 4: half
- * that when two tensors are read) overrides it for every dtype in the
- * reductions alone, to measure (no store aliases their loads). */
-template <class D, bool TWO = false> struct RBatch {
-#ifdef SBN_CUDA_RBATCH
-  static_assert(SBN_CUDA_RBATCH == 1 || SBN_CUDA_RBATCH == 2 || SBN_CUDA_RBATCH == 4, "SBN_CUDA_RBATCH: 1, 2 or 4");
-  static constexpr int value = TWO && SBN_CUDA_RBATCH > 1 ? SBN_CUDA_RBATCH / 2 : SBN_CUDA_RBATCH;
-#else
-  static constexpr int value = Batch<D, TWO>::value;
-#endif
-};
 static inline int dtype_size(sbn_dtype dt) { return dt == SBN_DTYPE_FLOAT32 ? 4 : 2; }
 
 /* ---- groups of 8 values ---- */
@@ -161,29 +143,10 @@ __device__ __forceinline__ void load8(const typename D::S *p, float v[8]) {
     }
   }
 }
-/* One vector store. Default: __stwb (st.global.wb, which the sm_90 code
- * shows as STG.E.128.STRONG.SM). SBN_CUDA_PLAIN_STORES (a measuring knob,
- * for scripts/gpu-check.sh's variants; nvcc only) emits plain st.global
- * vectors instead, through inline PTX so they stay whole. */
-#if defined(SBN_CUDA_PLAIN_STORES) && defined(__CUDA_ARCH__)
-__device__ __forceinline__ void vstore(float4 *p, float4 v) {
-  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
-}
-__device__ __forceinline__ void vstore(float2 *p, float2 v) {
-  asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v.x), "f"(v.y) : "memory");
-}
-__device__ __forceinline__ void vstore(uint4 *p, uint4 v) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-__device__ __forceinline__ void vstore(uint2 *p, uint2 v) {
-  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
-}
-__device__ __forceinline__ void vstore(unsigned int *p, unsigned int v) {
-  asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-#else
+/* One vector store: __stwb (st.global.wb, which the sm_90 code shows as
+ * STG.E.128.STRONG.SM; plain st.global vectors measured the same on an
+ * H200). */
 template <class T> __device__ __forceinline__ void vstore(T *p, T v) { __stwb(p, v); }
-#endif
 
 template <class D, int V>
 __device__ __forceinline__ void store8(typename D::S *p, const float v[8]) {
@@ -240,32 +203,9 @@ __device__ __forceinline__ void store_group(typename D::S *p, int len, const flo
   }
 }
 
-/* float -> double, exactly. Default: the conversion instruction (F2F,
- * which the float64 pipe runs at a fraction of its rate). With
- * SBN_CUDA_INT_WIDEN (a measuring knob for gpu-check's variants), normal
- * numbers are widened by integer operations on their bits (sign, exponent
- * rebiased from 127 to 1023, mantissa shifted by 29), and zero, subnormal,
- * infinite and NaN values by the instruction: the same double either way
- * (test_cuda_plan checks every bfloat16 and float16 pattern and random
- * floats). */
-__host__ __device__ __forceinline__ double widen_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  const uint32_t e = (u >> 23) & 0xffu;
-  if (e == 0 || e == 0xffu) return (double)f;
-  const uint64_t b = ((uint64_t)(u & 0x80000000u) << 32) | ((uint64_t)(e + 896u) << 52) |
-                     ((uint64_t)(u & 0x7fffffu) << 29);
-  double d;
-  memcpy(&d, &b, 8);
-  return d;
-}
-__device__ __forceinline__ double widen(float f) {
-#ifdef SBN_CUDA_INT_WIDEN
-  return widen_bits(f);
-#else
-  return (double)f;
-#endif
-}
+/* float -> double, exactly: the conversion instruction (widening by
+ * integer operations on the bits was 8-16% slower on an H200). */
+__device__ __forceinline__ double widen(float f) { return (double)f; }
 
 /* float32 arithmetic with explicit rounding: the compiler never contracts
  * (fuses) or reorders these, so every instantiation (vector width, layout)

@@ -213,35 +213,6 @@ static void check_elemt(sbn_geom g, bool verbose) {
   if (verbose) printf("  elementwise: %lld blocks\n", (long long)blocks);
 }
 
-/* widen_bits (the SBN_CUDA_INT_WIDEN knob) gives the double of every
- * bfloat16 and float16 value and of random float32 bit patterns, bit for
- * bit (the normal numbers through integer operations). */
-static void check_widen(void) {
-  int64_t bad = 0, n = 0;
-  auto one = [&](float f) {
-    const double a = widen_bits(f), b = (double)f;
-    bad += memcmp(&a, &b, 8) != 0 && !(a != a && b != b);
-    n++;
-  };
-  for (uint32_t h = 0; h < 65536; h++) {
-    float f;
-    const uint32_t u = h << 16; /* the bfloat16 pattern h */
-    memcpy(&f, &u, 4);
-    one(f);
-    one(__half2float(__ushort_as_half((unsigned short)h)));
-  }
-  uint64_t z = 0x9e3779b97f4a7c15ull;
-  for (int i = 0; i < 4000000; i++) {
-    z ^= z << 13, z ^= z >> 7, z ^= z << 17;
-    float f;
-    const uint32_t u = (uint32_t)(z >> 32);
-    memcpy(&f, &u, 4);
-    one(f);
-  }
-  REQUIRE(bad == 0, "widen_bits: %lld of %lld values differ from the conversion", (long long)bad, (long long)n);
-  printf("widen_bits: %lld values equal to (double)f bit for bit\n", (long long)(n - bad));
-}
-
 static void check_vec_width(void) {
   char *base = (char *)0x10000; /* addresses only, never dereferenced */
   REQUIRE(vec_width(SBN_DTYPE_FLOAT32, 64, base, base, base) == 4, "f32 aligned");
@@ -296,7 +267,6 @@ int main(void) {
         cases++;
       }
   check_vec_width();
-  check_widen();
   const sbn_geom bad_dt = {2, 3, 4, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT64};
   const sbn_geom bad_c = {2, (int64_t)1 << 32, 1, SBN_LAYOUT_CHANNELS_LAST, SBN_DTYPE_FLOAT32};
   const sbn_geom big = {(int64_t)1 << 40, (int64_t)1 << 20, (int64_t)1 << 10, SBN_LAYOUT_CHANNELS_LAST, SBN_DTYPE_FLOAT32};
