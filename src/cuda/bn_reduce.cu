@@ -149,8 +149,20 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
  * each tile of the chunk (GPT rows a tile, tiles in order), then the block
  * adds the TY threads of each tx in a fixed butterfly (within a warp) and
  * in warp order (across warps). Partials: part[(2 * chunk + {0, 1}) * C + c]. */
+/* SBN_CUDA_CL_REDUCE_RESIDENT=n (measuring knob): reduce_cl compiled for n
+ * resident blocks with 16-bit storage (at most 64K / (NT n) registers
+ * each), 2 with float32 (what it gets anyway). */
+#ifdef SBN_CUDA_CL_REDUCE_RESIDENT
+template <class D> struct ClReduceResident {
+  static constexpr int value = sizeof(typename D::S) == 2 ? SBN_CUDA_CL_REDUCE_RESIDENT : 2;
+};
+#define SBN_CL_REDUCE_BOUNDS __launch_bounds__(NT, ClReduceResident<D>::value)
+#else
+#define SBN_CL_REDUCE_BOUNDS __launch_bounds__(NT)
+#endif
+
 template <class D, int V, bool BWD>
-__global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict__ x,
+__global__ void SBN_CL_REDUCE_BOUNDS reduce_cl(const typename D::S *__restrict__ x,
                                                 const typename D::S *__restrict__ dy,
                                                 const double *__restrict__ mean, cl_plan p,
                                                 double *__restrict__ part) {
@@ -163,12 +175,27 @@ __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict_
   const int tx = threadIdx.x & (p.tx - 1), ty = threadIdx.x / p.tx;
   const int64_t c0 = cl_c0(p, t, tx);
   const int clen = cl_clen(p, c0);
-  double k[8], a[16]; /* k: shifts or means; a: sums (0..7) and second sums (8..15) */
+  double a[16]; /* sums (0..7) and second sums (8..15) */
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
-    k[i] = 0.0, a[i] = 0.0, a[8 + i] = 0.0;
-    if (i < clen) k[i] = BWD ? mean[c0 + i] : (double)D::ld(x[c0 + i]); /* shift: the channel's value in row 0 */
+  for (int i = 0; i < 8; i++) a[i] = 0.0, a[8 + i] = 0.0;
+  /* k: per channel the shift (its value in row 0) or the mean */
+#if defined(SBN_CUDA_CL_SHIFT_SMEM) || defined(SBN_CUDA_CL_REDUCE_RESIDENT) /* the second implies it */
+  /* measuring knob: the shifts read from shared memory where they are used
+   * (ktab[i][tx]: channel 8 tx + i of the block), 16 registers fewer */
+  __shared__ double ktab[8][MAX_TX];
+  {
+    const int64_t cstart = cl_c0(p, t, 0);
+    for (int j = threadIdx.x; j < p.cbw; j += NT)
+      if (cstart + j < C) ktab[j % 8][j / 8] = BWD ? mean[cstart + j] : (double)D::ld(x[cstart + j]);
+    __syncthreads();
   }
+#define SBN_SHIFT(i) ktab[(i) < clen ? (i) : 0][tx]
+#else
+  double k[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) k[i] = i < clen ? (BWD ? mean[c0 + i] : (double)D::ld(x[c0 + i])) : 0.0;
+#define SBN_SHIFT(i) k[i]
+#endif
   const int64_t tend = (chunk + 1) * p.tpc < p.nrt ? (chunk + 1) * p.tpc : p.nrt;
   if (clen > 0) {
     /* B rows at a time: their loads are all issued before the first add */
@@ -183,7 +210,7 @@ __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict_
           if (cl_row(p, t, ty, k0 + b) < p.rows) {
 #pragma unroll
             for (int i = 0; i < 8; i++)
-              add_value<BWD>(v[b][i], BWD ? w[b][i] : 0.0f, i < clen, k[i], a[i], a[8 + i]);
+              add_value<BWD>(v[b][i], BWD ? w[b][i] : 0.0f, i < clen, SBN_SHIFT(i), a[i], a[8 + i]);
           }
         }
       }
@@ -207,6 +234,8 @@ __global__ void __launch_bounds__(NT) reduce_cl(const typename D::S *__restrict_
     if (c < C) part[(2 * chunk + comp / 8) * C + c] = sum;
   }
 }
+
+#undef SBN_SHIFT
 
 /* Merge of the rows layout's chunk partials, coalesced: block = 32
  * channels x MW warps; lane l of warp w adds chunks w, w + MW, ... of channel
