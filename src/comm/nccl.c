@@ -20,9 +20,10 @@
  * bytes) and three small kernels; scratch comes from the stream-ordered
  * allocator, so nothing is shared between streams and a step can be
  * captured in a CUDA graph. It is the group's own memory pool, which keeps
- * what is freed: the device's default pool gives its memory back at every
- * synchronization (release threshold 0), and mapping it again made each
- * collective cost ~47 us of host time on an H200 (BENCHMARKS.md).
+ * up to 64 MiB of what is freed: the device's default pool gives its
+ * memory back at every synchronization (release threshold 0), and mapping
+ * it again made each collective cost ~47 us of host time on an H200
+ * (BENCHMARKS.md).
  *
  * DEVICE PATH (allreduce_device: the layers' statistics). Enqueued on the
  * caller's stream; nothing waits for the host. The signature check happens
@@ -263,8 +264,12 @@ static cudaError_t scratch_alloc(const nccl_impl *m, void **p, size_t bytes, cud
   return m->pool ? cudaMallocFromPoolAsync(p, bytes, m->pool, stream) : cudaMallocAsync(p, bytes, stream);
 }
 
-/* A pool on the group's device that keeps the memory freed into it (the
- * scratch is a few kilobytes a layer); NULL where pools are not supported. */
+/* A pool on the group's device that keeps up to KEEP_BYTES of the memory
+ * freed into it across synchronizations: a layer's scratch is 33 bytes per
+ * value of its 2C+1 (~135 KiB at C = 2048), so a whole network's stays,
+ * while the scratch of a large one-off sbn_group_allreduce (33 bytes per
+ * value too) is given back. NULL where pools are not supported. */
+enum { KEEP_BYTES = 64 << 20 };
 static cudaMemPool_t make_pool(int device) {
   struct cudaMemPoolProps props;
   memset(&props, 0, sizeof props);
@@ -277,7 +282,7 @@ static cudaMemPool_t make_pool(int device) {
     cudaGetLastError();
     return NULL;
   }
-  uint64_t keep = UINT64_MAX;
+  uint64_t keep = KEEP_BYTES;
   if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
     cudaGetLastError();
     cudaMemPoolDestroy(pool);
