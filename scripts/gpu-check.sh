@@ -37,7 +37,8 @@
 # GPU_CHECK_BENCH_ARGS (e.g. "--iters 10"), GPU_CHECK_SKIP_BENCH=1,
 # GPU_CHECK_BUDGET (seconds for everything, default 540: later steps get what
 # is left, and are skipped when nothing is), GPU_CHECK_SANITIZE_MORE (more
-# programs for compute-sanitizer than the kernel tests).
+# programs for compute-sanitizer than the kernel tests), GPU_CHECK_PROFILE
+# (shapes for scripts/gpu-profile.sh, run last: profile.log).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -236,6 +237,12 @@ if [ -n "$SAN" ]; then
   done
 else
   NAMES+=(compute-sanitizer); RESULTS+=("FAIL(not found)")
+fi
+
+# ---- optional: Nsight Compute per-kernel profile of some shapes ----
+# (GPU_CHECK_PROFILE="32x256x56x56 ..."; scripts/gpu-profile.sh's summary)
+if [ -n "${GPU_CHECK_PROFILE:-}" ]; then
+  step profile 180 bash scripts/gpu-profile.sh "$LOG/prof" $GPU_CHECK_PROFILE
 fi
 
 # ---- summary ----
