@@ -95,9 +95,9 @@ static inline sbn_status sbn_group_create_nccl(sbn_group **out, ncclComm_t comm,
  * calls): rank 0 makes an ncclUniqueId, sbn_group_broadcast sends it, and
  * every rank joins a new blocking communicator (ncclCommInitRank, bounded by
  * bootstrap's timeout; a watchdog bounds its later calls) on CUDA device
- * `device`; ranks and size are
- * bootstrap's. The communicator is owned by the new group and destroyed
- * with it; `bootstrap` may be destroyed any time after this returns.
+ * `device`; ranks and size are bootstrap's. The communicator is owned by
+ * the new group and destroyed with it; `bootstrap` may be destroyed any
+ * time after this returns.
  * bootstrap NULL: a group of one rank (through the real NCCL calls; for
  * tests and benchmarks). If any rank fails, every rank returns an error and
  * no group. Without NCCL support: SBN_STATUS_NOT_BUILT. */

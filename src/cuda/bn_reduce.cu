@@ -144,11 +144,6 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
   }
 }
 
-/* Rows of C channels: block = (chunk of tpc row tiles, channel block);
- * thread (tx, ty) sums channels [c0, c0 + 8) over rows ty, ty + TY, ... of
- * each tile of the chunk (GPT rows a tile, tiles in order), then the block
- * adds the TY threads of each tx in a fixed butterfly (within a warp) and
- * in warp order (across warps). Partials: part[(2 * chunk + {0, 1}) * C + c]. */
 /* SBN_CUDA_CL_REDUCE_RESIDENT=n (measuring knob): reduce_cl compiled for n
  * resident blocks with 16-bit storage (at most 64K / (NT n) registers
  * each), 2 with float32 (what it gets anyway). */
@@ -161,6 +156,11 @@ template <class D> struct ClReduceResident {
 #define SBN_CL_REDUCE_BOUNDS __launch_bounds__(NT)
 #endif
 
+/* Rows of C channels: block = (chunk of tpc row tiles, channel block);
+ * thread (tx, ty) sums channels [c0, c0 + 8) over rows ty, ty + TY, ... of
+ * each tile of the chunk (GPT rows a tile, tiles in order), then the block
+ * adds the TY threads of each tx in a fixed butterfly (within a warp) and
+ * in warp order (across warps). Partials: part[(2 * chunk + {0, 1}) * C + c]. */
 template <class D, int V, bool BWD>
 __global__ void SBN_CL_REDUCE_BOUNDS reduce_cl(const typename D::S *__restrict__ x,
                                                 const typename D::S *__restrict__ dy,
