@@ -15,7 +15,8 @@
 #   GPU_CHECK_VARIANTS="NAME:FLAGS ..." scripts/gpu-check.sh --stage
 #                                         also stages benchmark variants:
 #                                         the kernels compiled (sm_90) with
-#                                         FLAGS added (e.g. b1:-DSBN_CUDA_BATCH=1),
+#                                         FLAGS added (e.g. b1:-DSBN_CUDA_BATCH=1;
+#                                         several flags separated by commas),
 #                                         as build/gpu/bench/syncbn-bench-gpu-NAME
 #                                         and build/gpu/tests/test_cuda_kernels-NAME;
 #                                         the check runs both after the benchmark
@@ -48,12 +49,16 @@ STAGE=build/gpu
 # A benchmark variant: the kernels with extra nvcc flags, in a copy of
 # libsyncbn_cuda.a, linked as make links the benchmark.
 stage_variant() {
-  local name=$1 flags=$2 dir=build/variants/$1
+  local name=$1 flags=${2//,/ } dir=build/variants/$1 # commas separate flags
   rm -rf "$dir" && mkdir -p "$dir"
   cp build/libsyncbn_cuda.a "$dir/"
-  for cu in $(make -s print-cuda-kernels); do
-    nvcc=$(make -s print-nvcc)
-    $nvcc -std=c++17 -O3 $flags -gencode arch=compute_90,code=sm_90 -Iinclude -Xcompiler -fPIC,-fvisibility=hidden \
+  local nvcc
+  nvcc=$(make -s print-nvcc)
+  # the kernels, and the per-channel steps (which round as the CPU does: no FMA)
+  for cu in $(make -s print-cuda-kernels) src/cuda/bn_finish.cu; do
+    local extra=
+    [ "$cu" = src/cuda/bn_finish.cu ] && extra=-fmad=false
+    $nvcc -std=c++17 -O3 $extra $flags -gencode arch=compute_90,code=sm_90 -Iinclude -Xcompiler -fPIC,-fvisibility=hidden \
       -c "$cu" -o "$dir/$(basename "$cu").o"
   done
   (cd "$dir" && ar r libsyncbn_cuda.a ./*.cu.o)

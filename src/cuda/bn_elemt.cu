@@ -22,6 +22,7 @@
  *    within a few float32 roundings of the terms' magnitudes, far below the
  *    half ulp (2^-8, 2^-11) of the 16-bit result. */
 #include "kern_common.cuh"
+#include "launch.cuh"
 
 using namespace sbn_cuda;
 
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(NT) elemt_cf(typename D::S *out, const typenam
                                                const double *__restrict__ b, const double *__restrict__ cc) {
   typedef typename Arith<D>::K K;
   __shared__ K tab[MAX_RPT_ELEMT];
+  pdl_wait();
   const cf_tile t = cf_tile_of(p, blockIdx.x);
   const int64_t S = p.s, ch0 = t.row0 % C;
   for (uint32_t r = threadIdx.x; r < t.nr; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, mean, a, b, cc);
@@ -123,6 +125,7 @@ __global__ void __launch_bounds__(NT) elemt_flat(typename D::S *out, const typen
                                                  const double *__restrict__ b, const double *__restrict__ cc) {
   typedef typename Arith<D>::K K;
   __shared__ K tab[MAX_RPT_ELEMT];
+  pdl_wait();
   const flat_tile t = flat_tile_of(p, blockIdx.x);
   const int64_t ch0 = t.row0 % C;
   for (uint32_t r = threadIdx.x; r < t.nrows; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, mean, a, b, cc);
@@ -173,6 +176,7 @@ __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typenam
   typedef typename Arith<D>::K K;
   constexpr int GPT = Gpt<D>::value;
   __shared__ K tab[8][MAX_TX];
+  pdl_wait();
   const int64_t C = p.c;
   const cl_tile t = cl_tile_of(p, blockIdx.x);
   const int64_t cstart = cl_c0(p, t, 0);
@@ -218,9 +222,8 @@ int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_ge
     return dispatch(g.dtype, v, [&](auto d, auto vc) {
       typedef decltype(d) D;
       typedef typename D::S S;
-      elemt_cl<D, decltype(vc)::value, BWD>
-          <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, p, mean, a, b, c);
-      return launch_status();
+      return launch_kernel(elemt_cl<D, decltype(vc)::value, BWD>, (unsigned)p.ntiles, NT, st, (S *)out,
+                           (const S *)x, (const S *)dyv, p, mean, a, b, c);
     });
   }
   const int full = 16 / dtype_size(g.dtype); /* values per 16-byte vector */
@@ -230,9 +233,8 @@ int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_ge
     return dispatch(g.dtype, full, [&](auto d, auto vc) {
       typedef decltype(d) D;
       typedef typename D::S S;
-      elemt_flat<D, decltype(vc)::value, BWD>
-          <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, g.c, p, mean, a, b, c);
-      return launch_status();
+      return launch_kernel(elemt_flat<D, decltype(vc)::value, BWD>, (unsigned)p.ntiles, NT, st, (S *)out,
+                           (const S *)x, (const S *)dyv, g.c, p, mean, a, b, c);
     });
   }
   const cf_plan p = cf_make(g.n * g.c, g.s, (int64_t)NT * gpt_of(g.dtype), MAX_RPT_ELEMT);
@@ -241,9 +243,8 @@ int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_ge
   return dispatch(g.dtype, v, [&](auto d, auto vc) {
     typedef decltype(d) D;
     typedef typename D::S S;
-    elemt_cf<D, decltype(vc)::value, BWD>
-        <<<(unsigned)p.ntiles, NT, 0, st>>>((S *)out, (const S *)x, (const S *)dyv, g.c, p, mean, a, b, c);
-    return launch_status();
+    return launch_kernel(elemt_cf<D, decltype(vc)::value, BWD>, (unsigned)p.ntiles, NT, st, (S *)out,
+                         (const S *)x, (const S *)dyv, g.c, p, mean, a, b, c);
   });
 }
 

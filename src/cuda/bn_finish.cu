@@ -3,6 +3,11 @@
 #include <cuda_runtime.h>
 
 #include "bn_finish_cuda.h"
+#include "launch.cuh"
+
+using sbn_cuda::launch_kernel;
+using sbn_cuda::pdl_trigger;
+using sbn_cuda::pdl_wait;
 
 namespace {
 
@@ -14,6 +19,8 @@ constexpr int64_t kNbtMax = int64_t(1) << 53;        // SBN_NUM_BATCHES_TRACKED_
 // written by the last block to finish (counted in f.done, which that block
 // resets for the next call), so no block reads the new value.
 __global__ void forward_finish(sbn_cuda_finish f, int batch_stats, int update) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t C = f.c;
   const double n = batch_stats ? f.payload[2 * C] : 0.0;
   if (batch_stats && n == 1) { // the deferred count error: change nothing else
@@ -64,6 +71,8 @@ __global__ void forward_finish(sbn_cuda_finish f, int batch_stats, int update) {
 }
 
 __global__ void backward_finish(sbn_cuda_finish f, int synced, int want_dx, int batch_stats) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t C = f.c;
   const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C || *f.fwd_bad) return;
@@ -92,13 +101,11 @@ __global__ void backward_finish(sbn_cuda_finish f, int synced, int want_dx, int 
 extern "C" int sbn_cuda_forward_finish(sbn_cuda_stream stream, const sbn_cuda_finish *f,
                                        int batch_stats, int update) {
   const unsigned blocks = f->c > 0 ? (unsigned)((f->c + kThreads - 1) / kThreads) : 1;
-  forward_finish<<<blocks, kThreads, 0, stream>>>(*f, batch_stats, update);
-  return (int)cudaGetLastError();
+  return launch_kernel(forward_finish, blocks, kThreads, (cudaStream_t)stream, *f, batch_stats, update);
 }
 
 extern "C" int sbn_cuda_backward_finish(sbn_cuda_stream stream, const sbn_cuda_finish *f,
                                         int synced, int want_dx, int batch_stats) {
   const unsigned blocks = (unsigned)((f->c + kThreads - 1) / kThreads);
-  backward_finish<<<blocks, kThreads, 0, stream>>>(*f, synced, want_dx, batch_stats);
-  return (int)cudaGetLastError();
+  return launch_kernel(backward_finish, blocks, kThreads, (cudaStream_t)stream, *f, synced, want_dx, batch_stats);
 }

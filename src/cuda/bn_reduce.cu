@@ -30,6 +30,7 @@
  * rounding on small batches. Backward reduce sums dy and dy * (x - mean)
  * the same way (x - mean in float64, with the float64 mean). */
 #include "kern_common.cuh"
+#include "launch.cuh"
 
 using namespace sbn_cuda;
 
@@ -90,6 +91,15 @@ __device__ __forceinline__ void put_sums(double s, double q, double k, double n,
   }
 }
 
+/* Chains of float64 additions per thread in the channels-first reduction:
+ * the statistics of 16-bit storage, with the least memory time per value,
+ * wait on the latency of one chain; even and odd values in two chains made
+ * them 4-10% faster on an H200, while the backward pass (two tensors) was
+ * 3-17% slower and float32 unchanged (BENCHMARKS.md). */
+template <class D, bool BWD> struct CfChains {
+  static constexpr bool two = sizeof(typename D::S) == 2 && !BWD;
+};
+
 /* Channels-first: block = (channel c, tile j of the channel's N rows).
  * A channel of one tile (small maps) writes its outputs itself (the merge
  * is skipped); else the tile's partials go to part. */
@@ -99,13 +109,14 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
                                                 const double *__restrict__ mean, int64_t C, cf_plan p,
                                                 double *__restrict__ part, double n, double *__restrict__ out1,
                                                 double *__restrict__ out2, double *__restrict__ count) {
+  pdl_wait();
   const int64_t c = blockIdx.x / p.ntiles, j = blockIdx.x - c * p.ntiles;
   const int64_t S = p.s;
   /* the shift (the channel's first value) or the mean */
   const double k = BWD ? mean[c] : (double)D::ld(x[c * S]);
   const cf_tile t = cf_tile_of(p, j);
   const uint32_t ng = t.nr * t.gs;
-  double as = 0.0, aq = 0.0;
+  double as = 0.0, aq = 0.0, as2 = 0.0, aq2 = 0.0; /* chains 1 and 2 */
   /* groups threadIdx.x, + NT, + 2 NT, ... in order, B at a time: their
    * loads are all issued before the first add */
   constexpr int B = Batch<D, BWD>::value;
@@ -127,10 +138,20 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
 #pragma unroll
     for (int b = 0; b < B; b++)
       if (len[b] > 0) {
+        if (CfChains<D, BWD>::two) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) add_value<BWD>(v[b][i], BWD ? w[b][i] : 0.0f, i < len[b], k, as, aq);
+          for (int i = 0; i < 8; i += 2) {
+            add_value<BWD>(v[b][i], BWD ? w[b][i] : 0.0f, i < len[b], k, as, aq);
+            add_value<BWD>(v[b][i + 1], BWD ? w[b][i + 1] : 0.0f, i + 1 < len[b], k, as2, aq2);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 8; i++) add_value<BWD>(v[b][i], BWD ? w[b][i] : 0.0f, i < len[b], k, as, aq);
+        }
       }
   }
+  if (CfChains<D, BWD>::two) as = __dadd_rn(as, as2), aq = __dadd_rn(aq, aq2);
+  pdl_trigger();
   block_sum2(as, aq);
   if (threadIdx.x != 0) return;
   if (p.ntiles == 1) {
@@ -144,17 +165,18 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
   }
 }
 
-/* SBN_CUDA_CL_REDUCE_RESIDENT=n (measuring knob): reduce_cl compiled for n
- * resident blocks with 16-bit storage (at most 64K / (NT n) registers
- * each), 2 with float32 (what it gets anyway). */
-#ifdef SBN_CUDA_CL_REDUCE_RESIDENT
-template <class D> struct ClReduceResident {
-  static constexpr int value = sizeof(typename D::S) == 2 ? SBN_CUDA_CL_REDUCE_RESIDENT : 2;
+/* The rows-layout reduction's occupancy. 16-bit storage, whose float64
+ * arithmetic per byte is twice float32's, is compiled for 4 resident blocks
+ * (at most 64 registers; it took 78-96 and got 3) and reads its shifts from
+ * shared memory; float32 keeps them in registers (2 resident blocks either
+ * way). Measured on an H200 against the 3-block build: 16-bit rows layout
+ * 4% faster forward, 11% backward; float32 with shared shifts was up to 6%
+ * slower (BENCHMARKS.md). */
+template <class D> struct ClReduce {
+  static constexpr bool small = sizeof(typename D::S) == 2;
+  static constexpr int resident = small ? 4 : 2;
+  static constexpr bool shift_smem = small;
 };
-#define SBN_CL_REDUCE_BOUNDS __launch_bounds__(NT, ClReduceResident<D>::value)
-#else
-#define SBN_CL_REDUCE_BOUNDS __launch_bounds__(NT)
-#endif
 
 /* Rows of C channels: block = (chunk of tpc row tiles, channel block);
  * thread (tx, ty) sums channels [c0, c0 + 8) over rows ty, ty + TY, ... of
@@ -162,12 +184,13 @@ template <class D> struct ClReduceResident {
  * adds the TY threads of each tx in a fixed butterfly (within a warp) and
  * in warp order (across warps). Partials: part[(2 * chunk + {0, 1}) * C + c]. */
 template <class D, int V, bool BWD>
-__global__ void SBN_CL_REDUCE_BOUNDS reduce_cl(const typename D::S *__restrict__ x,
+__global__ void __launch_bounds__(NT, ClReduce<D>::resident) reduce_cl(const typename D::S *__restrict__ x,
                                                 const typename D::S *__restrict__ dy,
                                                 const double *__restrict__ mean, cl_plan p,
                                                 double *__restrict__ part) {
   constexpr int GPT = Gpt<D>::value;
   __shared__ double sh[WARPS][MAX_TX][16];
+  pdl_wait();
   const int64_t C = p.c;
   const int64_t chunk = blockIdx.x / p.ncb;
   cl_tile t;
@@ -178,24 +201,21 @@ __global__ void SBN_CL_REDUCE_BOUNDS reduce_cl(const typename D::S *__restrict__
   double a[16]; /* sums (0..7) and second sums (8..15) */
 #pragma unroll
   for (int i = 0; i < 8; i++) a[i] = 0.0, a[8 + i] = 0.0;
-  /* k: per channel the shift (its value in row 0) or the mean */
-#if defined(SBN_CUDA_CL_SHIFT_SMEM) || defined(SBN_CUDA_CL_REDUCE_RESIDENT) /* the second implies it */
-  /* measuring knob: the shifts read from shared memory where they are used
-   * (ktab[i][tx]: channel 8 tx + i of the block), 16 registers fewer */
-  __shared__ double ktab[8][MAX_TX];
-  {
+  /* k: per channel the shift (its value in row 0) or the mean; 16-bit
+   * storage reads it from shared memory where it is used (ktab[i][tx]:
+   * channel 8 tx + i of the block), 16 registers fewer */
+  __shared__ double ktab[ClReduce<D>::shift_smem ? 8 : 1][MAX_TX];
+  double k[8];
+  if (ClReduce<D>::shift_smem) {
     const int64_t cstart = cl_c0(p, t, 0);
     for (int j = threadIdx.x; j < p.cbw; j += NT)
       if (cstart + j < C) ktab[j % 8][j / 8] = BWD ? mean[cstart + j] : (double)D::ld(x[cstart + j]);
     __syncthreads();
-  }
-#define SBN_SHIFT(i) ktab[(i) < clen ? (i) : 0][tx]
-#else
-  double k[8];
+  } else {
 #pragma unroll
-  for (int i = 0; i < 8; i++) k[i] = i < clen ? (BWD ? mean[c0 + i] : (double)D::ld(x[c0 + i])) : 0.0;
-#define SBN_SHIFT(i) k[i]
-#endif
+    for (int i = 0; i < 8; i++) k[i] = i < clen ? (BWD ? mean[c0 + i] : (double)D::ld(x[c0 + i])) : 0.0;
+  }
+#define SBN_SHIFT(i) (ClReduce<D>::shift_smem ? ktab[ClReduce<D>::shift_smem && (i) < clen ? (i) : 0][tx] : k[i])
   const int64_t tend = (chunk + 1) * p.tpc < p.nrt ? (chunk + 1) * p.tpc : p.nrt;
   if (clen > 0) {
     /* B rows at a time: their loads are all issued before the first add */
@@ -216,6 +236,7 @@ __global__ void SBN_CL_REDUCE_BOUNDS reduce_cl(const typename D::S *__restrict__
       }
     }
   }
+  pdl_trigger();
   /* lanes with the same tx differ in the bits >= log2(tx) */
   for (int o = 16; o >= p.tx; o >>= 1)
 #pragma unroll
@@ -248,6 +269,8 @@ __global__ void __launch_bounds__(32 * MW) merge_rows(const double *__restrict__
                                                       double *__restrict__ out1, double *__restrict__ out2,
                                                       double *__restrict__ count) {
   __shared__ double sh[2][MW][33];
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int64_t c = (int64_t)blockIdx.x * 32 + lane;
   if (STATS && blockIdx.x == 0 && threadIdx.x == 0) *count = n;
@@ -276,6 +299,8 @@ __global__ void __launch_bounds__(NT) merge(const double *__restrict__ part, int
                                             const typename D::S *__restrict__ x, int64_t ks, double n,
                                             double *__restrict__ out1, double *__restrict__ out2,
                                             double *__restrict__ count) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t c = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (STATS && blockIdx.x == 0 && threadIdx.x == 0) *count = n;
@@ -296,6 +321,8 @@ __global__ void __launch_bounds__(NT) merge(const double *__restrict__ part, int
 }
 
 __global__ void zero_sums(double *a, double *b, double *count, int64_t C) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < C; i += stride) a[i] = 0.0, b[i] = 0.0;
   if (count && blockIdx.x == 0 && threadIdx.x == 0) *count = 0.0;
@@ -305,8 +332,7 @@ int launch_zero(cudaStream_t st, double *a, double *b, double *count, int64_t C)
   int64_t blocks = (C + NT - 1) / NT;
   if (blocks < 1) blocks = 1;
   if (blocks > 1024) blocks = 1024;
-  zero_sums<<<(unsigned)blocks, NT, 0, st>>>(a, b, count, C);
-  return launch_status();
+  return launch_kernel(zero_sums, (unsigned)blocks, NT, st, a, b, count, C);
 }
 
 /* Both reduction passes: the tiles, then the merge. */
@@ -329,11 +355,11 @@ int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, do
     return dispatch(g.dtype, v, [&](auto d, auto vc) {
       typedef decltype(d) D;
       typedef typename D::S S;
-      reduce_cl<D, decltype(vc)::value, BWD>
-          <<<(unsigned)(p.nch * p.ncb), NT, 0, st>>>((const S *)x, (const S *)dy, mean, p, part);
-      merge_rows<D, !BWD><<<(unsigned)((C + 31) / 32), 32 * MW, 0, st>>>(part, C, p.nch, (const S *)x, n, out1,
-                                                                        out2, count);
-      return launch_status();
+      const int e = launch_kernel(reduce_cl<D, decltype(vc)::value, BWD>, (unsigned)(p.nch * p.ncb), NT, st,
+                                  (const S *)x, (const S *)dy, mean, p, part);
+      if (e) return e;
+      return launch_kernel(merge_rows<D, !BWD>, (unsigned)((C + 31) / 32), 32 * MW, st, part, C, p.nch,
+                           (const S *)x, n, out1, out2, count);
     });
   }
   const cf_plan p = cf_make(g.n, g.s, (int64_t)NT * gpt_of(g.dtype), INT64_MAX);
@@ -341,12 +367,11 @@ int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, do
   return dispatch(g.dtype, v, [&](auto d, auto vc) {
     typedef decltype(d) D;
     typedef typename D::S S;
-    reduce_cf<D, decltype(vc)::value, BWD><<<(unsigned)(C * p.ntiles), NT, 0, st>>>(
-        (const S *)x, (const S *)dy, mean, C, p, part, n, out1, out2, count);
-    if (p.ntiles > 1)
-      merge<D, !BWD><<<merge_blocks, NT, 0, st>>>(part, C, p.ntiles, 2, 2 * p.ntiles, 1, (const S *)x, g.s, n,
-                                                   out1, out2, count);
-    return launch_status();
+    const int e = launch_kernel(reduce_cf<D, decltype(vc)::value, BWD>, (unsigned)(C * p.ntiles), NT, st,
+                                (const S *)x, (const S *)dy, mean, C, p, part, n, out1, out2, count);
+    if (e || p.ntiles == 1) return e;
+    return launch_kernel(merge<D, !BWD>, merge_blocks, NT, st, part, C, p.ntiles, (int64_t)2, 2 * p.ntiles,
+                         (int64_t)1, (const S *)x, g.s, n, out1, out2, count);
   });
 }
 

@@ -263,6 +263,15 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
   p->warpSize = 32, p->maxThreadsPerBlock = 1024;
   return cudaSuccess;
 }
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
+  if (!value) return fail(cudaErrorInvalidValue);
+  if (device < 0 || device >= kDevices) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+  }
+  return fail(cudaErrorInvalidValue);
+}
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= kDevices) return fail(cudaErrorInvalidDevice);
   current_device = device;

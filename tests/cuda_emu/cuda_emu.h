@@ -143,6 +143,8 @@ cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device);
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceSynchronize(void);
@@ -376,6 +378,35 @@ template <class R, class... P, class... A> static inline void operator^(Bound<R(
 }
 } /* namespace sbn_emu */
 using sbn_emu::operator^;
+
+/* cudaLaunchKernelEx: a launch as above; the attributes (programmatic
+ * dependent launch) change only when a GPU may start the kernel, never what
+ * it computes, and launches here run one after another anyway. */
+enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 6 };
+union cudaLaunchAttributeValue {
+  int programmaticStreamSerializationAllowed;
+  char pad[64];
+};
+struct cudaLaunchAttribute {
+  enum cudaLaunchAttributeID id;
+  union cudaLaunchAttributeValue val;
+};
+/* CUDA's fields in CUDA's order (gridDim, blockDim, dynamicSmemBytes,
+ * stream, attrs, numAttrs), initialized by position: here gridDim and
+ * blockDim are the kernels' macros */
+struct cudaLaunchConfig_t {
+  dim3 grid, block;
+  size_t dynamic_smem_bytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute *attrs;
+  unsigned num_attrs;
+};
+template <class... P, class... A>
+static inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *c, void (*k)(P...), A &&...a) {
+  k ^ sbn_emu::Cfg("kernel", c->grid, c->block, c->dynamic_smem_bytes, c->stream) ^
+      sbn_emu::args(std::forward<A>(a)...);
+  return cudaPeekAtLastError();
+}
 
 #endif /* __cplusplus */
 #endif
