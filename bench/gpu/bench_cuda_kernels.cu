@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
         double *sum = pc, *sumsq = pc + C, *cnt = pc + 2 * C, *mean = pc + 2 * C + 1, *a = mean + C,
                *b = a + C, *c = b + C;
         sbn_geom g = {N, C, S, (sbn_layout)layout, dt};
-        sbn_cuda_ws ws = {NULL, 0};
+        sbn_cuda_ws ws = {};
         KK(sbn_cuda_ws_reserve(&ws, g));
         const double t_st = time_ms(st, reps, [&](int i) { KK(sbn_cuda_stats(&ws, s, sum, sumsq, cnt, x[i % sets], g)); });
         const double t_no = time_ms(st, reps, [&](int i) { KK(sbn_cuda_normalize(s, out[i % sets], x[i % sets], g, mean, a, b)); });

@@ -212,7 +212,7 @@ static int run_case(cudaStream_t st, sbn_dtype dt, sbn_layout layout, int64_t N,
   CK(cudaMemcpy(udy.at(1), hdy.data(), bytes, cudaMemcpyHostToDevice));
 
   sbn_geom g = {N, C, S, layout, dt};
-  sbn_cuda_ws ws = {NULL, 0};
+  sbn_cuda_ws ws = {};
   KK(sbn_cuda_ws_reserve(&ws, g));
   double *dsum; /* device per-channel arrays: 2 results, count, mean, 3 coefficients */
   CK(cudaMalloc(&dsum, sizeof(double) * (size_t)(6 * C + 1)));
@@ -373,7 +373,7 @@ static int empty_and_misuse(cudaStream_t st) {
   CK(cudaMemset(y, 0x7f, 64));
   for (int e = 0; e < 2; e++) {
     sbn_geom g = {e ? 4 : 0, C, e ? 0 : 10, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
-    sbn_cuda_ws ws = {NULL, 0};
+    sbn_cuda_ws ws = {};
     KK(sbn_cuda_ws_reserve(&ws, g));
     CK(cudaMemcpy(d, junk.data(), sizeof(double) * (2 * C + 1), cudaMemcpyHostToDevice));
     KK(sbn_cuda_stats(&ws, (sbn_cuda_stream)st, d, d + C, d + 2 * C, NULL, g));
@@ -397,7 +397,7 @@ static int empty_and_misuse(cudaStream_t st) {
   }
   {
     sbn_geom g = {4, C, 10, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
-    sbn_cuda_ws ws = {NULL, 0};
+    sbn_cuda_ws ws = {};
     int rc = sbn_cuda_stats(&ws, (sbn_cuda_stream)st, d, d + C, d + 2 * C, y, g);
     bad |= expect("unreserved workspace: an error", rc != 0);
     sbn_geom g2 = {4, C, 10, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT64};
