@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
         const double t_st = time_ms(st, reps, [&](int i) { KK(sbn_cuda_stats(&ws, s, sum, sumsq, cnt, x[i % sets], g)); });
         const double t_no = time_ms(st, reps, [&](int i) { KK(sbn_cuda_normalize(s, out[i % sets], x[i % sets], g, mean, a, b)); });
         const double t_br = time_ms(st, reps, [&](int i) {
-          KK(sbn_cuda_backward_reduce(&ws, s, sum, sumsq, dy[i % sets], x[i % sets], g, mean));
+          KK(sbn_cuda_backward_reduce(&ws, s, sum, sumsq, dy[i % sets], x[i % sets], g, mean, NULL));
         });
         const double t_be = time_ms(st, reps, [&](int i) {
           KK(sbn_cuda_backward_elemt(s, out[i % sets], dy[i % sets], x[i % sets], g, mean, a, b, c));

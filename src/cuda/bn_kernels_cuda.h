@@ -63,10 +63,12 @@ int sbn_cuda_stats(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum, double 
 int sbn_cuda_normalize(sbn_cuda_stream stream, void *y, const void *x, sbn_geom g,
                        const double *mean, const double *scale, const double *bias);
 
-/* Backward pass 1 (read x, dy): sum_dy = sum(dy), sum_dy_xmu = sum(dy * (x - mean)). */
+/* Backward pass 1 (read x, dy): sum_dy = sum(dy), sum_dy_xmu = sum(dy * (x - mean)).
+ * dup, when not NULL, receives the same values too (dup[c] = sum_dy[c],
+ * dup[C + c] = sum_dy_xmu[c]): the layer's payload for the collective. */
 int sbn_cuda_backward_reduce(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum_dy,
                              double *sum_dy_xmu, const void *dy, const void *x, sbn_geom g,
-                             const double *mean);
+                             const double *mean, double *dup);
 
 /* Backward pass 2 (read x, dy, write dx): dx = (a*dy - b) - c*(x - mean).
  * dx may be dy or x. */

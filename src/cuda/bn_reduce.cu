@@ -78,7 +78,7 @@ __device__ __forceinline__ void add_value(float v, float w, bool valid, double k
  * (see the file comment). Backward: the sums themselves. */
 template <bool STATS>
 __device__ __forceinline__ void put_sums(double s, double q, double k, double n, int64_t c, double *out1,
-                                         double *out2) {
+                                         double *out2, int64_t C, double *dup) {
   if (STATS) {
     const double mean = k + s / n;
     double m2 = q - s * s / n; /* >= 0 up to rounding */
@@ -88,6 +88,7 @@ __device__ __forceinline__ void put_sums(double s, double q, double k, double n,
   } else {
     out1[c] = s;
     out2[c] = q;
+    if (dup) dup[c] = s, dup[C + c] = q;
   }
 }
 
@@ -101,6 +102,16 @@ __device__ __forceinline__ void put_sums(double s, double q, double k, double n,
 constexpr bool kFusedMerge = true;
 #else
 constexpr bool kFusedMerge = false;
+#endif
+
+/* SBN_CUDA_DUP_IN_KERNEL (measuring knob): the backward reduction writes
+ * its copy of the sums for the collective (dup) where it writes the sums,
+ * instead of a device-to-device copy after it (one graph node less, and no
+ * copy between two PDL kernels). */
+#ifdef SBN_CUDA_DUP_IN_KERNEL
+constexpr bool kDupInKernel = true;
+#else
+constexpr bool kDupInKernel = false;
 #endif
 
 /* A partial written by another block of the same grid: read past L1 */
@@ -129,7 +140,7 @@ __device__ __forceinline__ bool last_block(unsigned *cnt, int64_t of) {
 template <class D, bool STATS>
 __device__ __forceinline__ void merge_channel(const double *part, int64_t c, int64_t ntiles, int64_t sj,
                                               int64_t sc, int64_t oq, const typename D::S *x, int64_t ks,
-                                              double n, double *out1, double *out2) {
+                                              double n, double *out1, double *out2, int64_t C, double *dup) {
   const int lane = threadIdx.x % 32;
   double s = 0.0, q = 0.0;
   for (int64_t j = lane; j < ntiles; j += 32) {
@@ -142,7 +153,7 @@ __device__ __forceinline__ void merge_channel(const double *part, int64_t c, int
     s += __shfl_xor_sync(0xffffffffu, s, o);
     q += __shfl_xor_sync(0xffffffffu, q, o);
   }
-  if (lane == 0) put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c * ks]) : 0.0, n, c, out1, out2);
+  if (lane == 0) put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c * ks]) : 0.0, n, c, out1, out2, C, dup);
 }
 
 /* Chains of float64 additions per thread in the channels-first reduction:
@@ -163,7 +174,7 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
                                                 const double *__restrict__ mean, int64_t C, cf_plan p,
                                                 double *__restrict__ part, double n, double *__restrict__ out1,
                                                 double *__restrict__ out2, double *__restrict__ count,
-                                                unsigned *__restrict__ cnt) {
+                                                unsigned *__restrict__ cnt, double *__restrict__ dup) {
   pdl_wait();
   const int64_t c = blockIdx.x / p.ntiles, j = blockIdx.x - c * p.ntiles;
   const int64_t S = p.s;
@@ -214,7 +225,7 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
       part[2 * blockIdx.x + 1] = aq;
     }
     if (!last_block(cnt + c, p.ntiles) || threadIdx.x >= 32) return;
-    merge_channel<D, !BWD>(part, c, p.ntiles, 2, 2 * p.ntiles, 1, x, S, n, out1, out2);
+    merge_channel<D, !BWD>(part, c, p.ntiles, 2, 2 * p.ntiles, 1, x, S, n, out1, out2, C, dup);
     if (!BWD && c == 0 && threadIdx.x == 0) *count = n;
     return;
   }
@@ -222,7 +233,7 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
   if (p.ntiles == 1) {
     /* 0 + s as the merge's first addition has it (-0 becomes +0), so the
      * bits are those of a merge of one partial */
-    put_sums<!BWD>(__dadd_rn(0.0, as), __dadd_rn(0.0, aq), k, n, c, out1, out2);
+    put_sums<!BWD>(__dadd_rn(0.0, as), __dadd_rn(0.0, aq), k, n, c, out1, out2, C, dup);
     if (!BWD && c == 0) *count = n;
   } else {
     part[2 * blockIdx.x] = as; /* = 2 * (c * ntiles + j) */
@@ -250,7 +261,8 @@ template <class D> struct ClReduce {
 template <class D, bool STATS>
 __device__ __forceinline__ void merge_rows_last(const cl_plan &p, const cl_tile &t, double *buf,
                                                 const typename D::S *x, const double *part, double n,
-                                                double *out1, double *out2, double *count, unsigned *cnt) {
+                                                double *out1, double *out2, double *count, unsigned *cnt,
+                                                double *dup) {
   static_assert(NT == 256 && 8 * MAX_TX <= 64, "merge_rows_last: 64 channels x 4 sums a round");
   __threadfence(); /* this thread's partials, before the block counts itself */
   if (!last_block(cnt + t.cb, p.nch)) return;
@@ -275,7 +287,8 @@ __device__ __forceinline__ void merge_rows_last(const cl_plan &p, const cl_tile 
       }
     __syncthreads();
   }
-  if (threadIdx.x < 64 && has) put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c]) : 0.0, n, c, out1, out2);
+  if (threadIdx.x < 64 && has)
+    put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c]) : 0.0, n, c, out1, out2, C, dup);
   if (STATS && t.cb == 0 && threadIdx.x == 0) *count = n;
 }
 
@@ -290,7 +303,7 @@ __global__ void __launch_bounds__(NT, ClReduce<D>::resident) reduce_cl(const typ
                                                 const double *__restrict__ mean, cl_plan p,
                                                 double *__restrict__ part, double n, double *__restrict__ out1,
                                                 double *__restrict__ out2, double *__restrict__ count,
-                                                unsigned *__restrict__ cnt) {
+                                                unsigned *__restrict__ cnt, double *__restrict__ dup) {
   constexpr int GPT = Gpt<D>::value;
   __shared__ double sh[WARPS][MAX_TX][16];
   pdl_wait();
@@ -357,7 +370,7 @@ __global__ void __launch_bounds__(NT, ClReduce<D>::resident) reduce_cl(const typ
     const int64_t c = cl_c0(p, t, ttx) + comp % 8;
     if (c < C) part[(2 * chunk + comp / 8) * C + c] = sum;
   }
-  if (kFusedMerge) merge_rows_last<D, !BWD>(p, t, &sh[0][0][0], x, part, n, out1, out2, count, cnt);
+  if (kFusedMerge) merge_rows_last<D, !BWD>(p, t, &sh[0][0][0], x, part, n, out1, out2, count, cnt, dup);
 }
 
 #undef SBN_SHIFT
@@ -371,7 +384,7 @@ template <class D, bool STATS>
 __global__ void __launch_bounds__(32 * MW) merge_rows(const double *__restrict__ part, int64_t C, int64_t nch,
                                                       const typename D::S *__restrict__ x, double n,
                                                       double *__restrict__ out1, double *__restrict__ out2,
-                                                      double *__restrict__ count) {
+                                                      double *__restrict__ count, double *__restrict__ dup) {
   __shared__ double sh[2][MW][33];
   pdl_wait();
   pdl_trigger();
@@ -389,7 +402,7 @@ __global__ void __launch_bounds__(32 * MW) merge_rows(const double *__restrict__
   if (w != 0 || c >= C) return;
   s = sh[0][0][lane], q = sh[1][0][lane];
   for (int i = 1; i < MW; i++) s += sh[0][i][lane], q += sh[1][i][lane];
-  put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c]) : 0.0, n, c, out1, out2);
+  put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c]) : 0.0, n, c, out1, out2, C, dup);
 }
 
 /* Merge: warp per channel; the tile partials of channel c are
@@ -402,13 +415,13 @@ __global__ void __launch_bounds__(NT) merge(const double *__restrict__ part, int
                                             int64_t sj, int64_t sc, int64_t oq,
                                             const typename D::S *__restrict__ x, int64_t ks, double n,
                                             double *__restrict__ out1, double *__restrict__ out2,
-                                            double *__restrict__ count) {
+                                            double *__restrict__ count, double *__restrict__ dup) {
   pdl_wait();
   pdl_trigger();
   const int64_t c = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
   if (STATS && blockIdx.x == 0 && threadIdx.x == 0) *count = n;
   if (c >= C) return; /* whole warps */
-  merge_channel<D, STATS>(part, c, ntiles, sj, sc, oq, x, ks, n, out1, out2);
+  merge_channel<D, STATS>(part, c, ntiles, sj, sc, oq, x, ks, n, out1, out2, C, dup);
 }
 
 __global__ void zero_sums(double *a, double *b, double *count, int64_t C) {
@@ -426,12 +439,16 @@ int launch_zero(cudaStream_t st, double *a, double *b, double *count, int64_t C)
   return launch_kernel(zero_sums, (unsigned)blocks, NT, st, a, b, count, C);
 }
 
-/* Both reduction passes: the tiles, then the merge. */
+/* Both reduction passes: the tiles, then the merge; dup (backward) gets
+ * the sums too, from the kernels. */
 template <bool BWD>
-int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, double *count,
-                const void *x, const void *dy, const double *mean, sbn_geom g) {
+int reduce_launch(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, double *count,
+                  const void *x, const void *dy, const double *mean, sbn_geom g, double *dup) {
   if (!geom_ok(g) || (g.c > 0 && (!out1 || !out2)) || (!BWD && !count)) return (int)cudaErrorInvalidValue;
-  if (g.n == 0 || g.c == 0 || g.s == 0) return launch_zero(st, out1, out2, count, g.c);
+  if (g.n == 0 || g.c == 0 || g.s == 0) {
+    const int e = launch_zero(st, out1, out2, count, g.c);
+    return e || !dup ? e : launch_zero(st, dup, dup + g.c, NULL, g.c);
+  }
   if (!ws || !x || (BWD && (!dy || !mean))) return (int)cudaErrorInvalidValue;
   const int64_t C = g.c, tiles = reduce_tiles_per_channel(g);
   /* the workspace must have been reserved for this shape; grids are 1-D */
@@ -449,10 +466,10 @@ int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, do
       typedef decltype(d) D;
       typedef typename D::S S;
       const int e = launch_kernel(reduce_cl<D, decltype(vc)::value, BWD>, (unsigned)(p.nch * p.ncb), NT, st,
-                                  (const S *)x, (const S *)dy, mean, p, part, n, out1, out2, count, cnt);
+                                  (const S *)x, (const S *)dy, mean, p, part, n, out1, out2, count, cnt, dup);
       if (e || kFusedMerge) return e;
       return launch_kernel(merge_rows<D, !BWD>, (unsigned)((C + 31) / 32), 32 * MW, st, part, C, p.nch,
-                           (const S *)x, n, out1, out2, count);
+                           (const S *)x, n, out1, out2, count, dup);
     });
   }
   const cf_plan p = cf_make(g.n, g.s, (int64_t)NT * gpt_of(g.dtype), INT64_MAX);
@@ -461,11 +478,26 @@ int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, do
     typedef decltype(d) D;
     typedef typename D::S S;
     const int e = launch_kernel(reduce_cf<D, decltype(vc)::value, BWD>, (unsigned)(C * p.ntiles), NT, st,
-                                (const S *)x, (const S *)dy, mean, C, p, part, n, out1, out2, count, cnt);
+                                (const S *)x, (const S *)dy, mean, C, p, part, n, out1, out2, count, cnt, dup);
     if (e || p.ntiles == 1 || kFusedMerge) return e;
     return launch_kernel(merge<D, !BWD>, merge_blocks, NT, st, part, C, p.ntiles, (int64_t)2, 2 * p.ntiles,
-                         (int64_t)1, (const S *)x, g.s, n, out1, out2, count);
+                         (int64_t)1, (const S *)x, g.s, n, out1, out2, count, dup);
   });
+}
+
+/* A pass, and dup (backward: the copy of the sums the collective sums in
+ * place) from the kernels, or copied after them. */
+template <bool BWD>
+int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, double *count, const void *x,
+                const void *dy, const double *mean, sbn_geom g, double *dup) {
+  const int e = reduce_launch<BWD>(ws, st, out1, out2, count, x, dy, mean, g, kDupInKernel ? dup : NULL);
+  if (e || !dup || kDupInKernel || g.c <= 0) return e;
+  const size_t bytes = (size_t)g.c * sizeof(double);
+  cudaError_t ce = out2 == out1 + g.c ? cudaMemcpyAsync(dup, out1, 2 * bytes, cudaMemcpyDeviceToDevice, st)
+                                      : cudaMemcpyAsync(dup, out1, bytes, cudaMemcpyDeviceToDevice, st);
+  if (ce == cudaSuccess && out2 != out1 + g.c)
+    ce = cudaMemcpyAsync(dup + g.c, out2, bytes, cudaMemcpyDeviceToDevice, st);
+  return (int)ce;
 }
 
 } /* namespace */
@@ -523,11 +555,11 @@ extern "C" void sbn_cuda_ws_free(sbn_cuda_ws *ws) {
 
 extern "C" int sbn_cuda_stats(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum, double *sumsq,
                               double *count, const void *x, sbn_geom g) {
-  return reduce_pass<false>(ws, (cudaStream_t)stream, sum, sumsq, count, x, NULL, NULL, g);
+  return reduce_pass<false>(ws, (cudaStream_t)stream, sum, sumsq, count, x, NULL, NULL, g, NULL);
 }
 
 extern "C" int sbn_cuda_backward_reduce(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum_dy,
                                         double *sum_dy_xmu, const void *dy, const void *x, sbn_geom g,
-                                        const double *mean) {
-  return reduce_pass<true>(ws, (cudaStream_t)stream, sum_dy, sum_dy_xmu, NULL, x, dy, mean, g);
+                                        const double *mean, double *dup) {
+  return reduce_pass<true>(ws, (cudaStream_t)stream, sum_dy, sum_dy_xmu, NULL, x, dy, mean, g, dup);
 }

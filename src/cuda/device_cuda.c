@@ -240,13 +240,12 @@ static sbn_status cuda_normalize(sbn_dev_layer *L, void *y, const void *x, sbn_g
             sbn_cuda_normalize(L->stream, y, x, g, k->fin.mean, k->fin.ka, k->fin.kb));
 }
 
+/* The local sums (for the weight and bias gradients) and a copy in the
+ * payload, which the collective sums in place. */
 static int reduce_and_copy(cuda_layer *k, sbn_dev_layer *L, const void *dy, const void *x, sbn_geom g) {
   const size_t C = (size_t)L->opt.num_features;
-  int e = sbn_cuda_backward_reduce(&k->ws, L->stream, k->fin.local, k->fin.local + C, dy, x, g, k->fin.mean);
-  if (e == 0)
-    e = cudaMemcpyAsync(L->payload, k->fin.local, 2 * C * sizeof(double), cudaMemcpyDeviceToDevice,
-                        (cudaStream_t)L->stream);
-  return e;
+  return sbn_cuda_backward_reduce(&k->ws, L->stream, k->fin.local, k->fin.local + C, dy, x, g, k->fin.mean,
+                                  L->payload);
 }
 
 static sbn_status cuda_backward_reduce(sbn_dev_layer *L, const void *dy, const void *x, sbn_geom g) {

@@ -129,14 +129,16 @@ int sbn_cuda_stats(sbn_cuda_ws *ws, sbn_cuda_stream, double *sum, double *sumsq,
 }
 
 int sbn_cuda_backward_reduce(sbn_cuda_ws *ws, sbn_cuda_stream, double *sum_dy, double *sum_dy_xmu, const void *dy,
-                             const void *x, sbn_geom g, const double *mean) {
+                             const void *x, sbn_geom g, const double *mean, double *dup) {
   if (!shim_geom_ok(g)) return cudaErrorInvalidValue;
   if (shim_empty(g)) {
     for (int64_t c = 0; c < g.c; c++) sum_dy[c] = 0, sum_dy_xmu[c] = 0;
-    return 0;
+  } else {
+    if (!ws || !ws->part || !x || !dy || !mean) return cudaErrorInvalidValue;
+    sbn_cpu_backward_reduce((sbn_cpu_ws *)ws->part, sum_dy, sum_dy_xmu, dy, x, g, mean);
   }
-  if (!ws || !ws->part || !x || !dy || !mean) return cudaErrorInvalidValue;
-  sbn_cpu_backward_reduce((sbn_cpu_ws *)ws->part, sum_dy, sum_dy_xmu, dy, x, g, mean);
+  if (dup)
+    for (int64_t c = 0; c < g.c; c++) dup[c] = sum_dy[c], dup[g.c + c] = sum_dy_xmu[c];
   return 0;
 }
 

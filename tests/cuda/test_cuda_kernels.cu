@@ -294,12 +294,12 @@ static int run_case(cudaStream_t st, sbn_dtype dt, sbn_layout layout, int64_t N,
   /* ---- backward reduce ---- */
   std::vector<double> rsdy(C), rsdx(C), rady(C), radx(C);
   kref_bred(xd.data(), dyd.data(), N, C, S, cl, rmean.data(), rsdy.data(), rsdx.data(), rady.data(), radx.data());
-  KK(sbn_cuda_backward_reduce(&ws, s, d_s1, d_s2, ddy.at(0), dx_.at(0), g, d_mean));
+  KK(sbn_cuda_backward_reduce(&ws, s, d_s1, d_s2, ddy.at(0), dx_.at(0), g, d_mean, NULL));
   std::vector<double> br1 = d2h<double>(dsum, (size_t)(2 * C));
-  KK(sbn_cuda_backward_reduce(&ws, s, d_s1, d_s2, ddy.at(0), dx_.at(0), g, d_mean));
+  KK(sbn_cuda_backward_reduce(&ws, s, d_s1, d_s2, ddy.at(0), dx_.at(0), g, d_mean, NULL));
   std::vector<double> br2 = d2h<double>(dsum, (size_t)(2 * C));
   bad |= expect("bwd reduce repeat: same bits", same_bytes(br1.data(), br2.data(), sizeof(double) * 2 * C));
-  KK(sbn_cuda_backward_reduce(&ws, s, d_s1, d_s2, udy.at(1), ux.at(1), g, d_mean));
+  KK(sbn_cuda_backward_reduce(&ws, s, d_s1, d_s2, udy.at(1), ux.at(1), g, d_mean, NULL));
   std::vector<double> br3 = d2h<double>(dsum, (size_t)(2 * C));
   bad |= expect("bwd reduce unaligned: same bits", same_bytes(br1.data(), br3.data(), sizeof(double) * 2 * C));
   {
@@ -382,7 +382,7 @@ static int empty_and_misuse(cudaStream_t st) {
     for (double v : got) zero &= v == 0.0;
     bad |= expect(e ? "S = 0: stats all zero" : "N = 0: stats all zero", zero);
     CK(cudaMemcpy(d, junk.data(), sizeof(double) * (2 * C + 1), cudaMemcpyHostToDevice));
-    KK(sbn_cuda_backward_reduce(&ws, (sbn_cuda_stream)st, d, d + C, NULL, NULL, g, d));
+    KK(sbn_cuda_backward_reduce(&ws, (sbn_cuda_stream)st, d, d + C, NULL, NULL, g, d, NULL));
     got = d2h<double>(d, (size_t)(2 * C + 1));
     zero = 1;
     for (int64_t i = 0; i < 2 * C; i++) zero &= got[i] == 0.0;
