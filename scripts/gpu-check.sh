@@ -247,7 +247,7 @@ fi
 # ---- optional: Nsight Compute per-kernel profile of some shapes ----
 # (GPU_CHECK_PROFILE="32x256x56x56 ..."; scripts/gpu-profile.sh's summary)
 if [ -n "${GPU_CHECK_PROFILE:-}" ]; then
-  step profile 180 bash scripts/gpu-profile.sh "$LOG/prof" $GPU_CHECK_PROFILE
+  step profile 300 bash scripts/gpu-profile.sh "$LOG/prof" $GPU_CHECK_PROFILE
 fi
 
 # ---- summary ----

@@ -1,7 +1,10 @@
 """Summary of an Nsight Compute CSV (--csv --page details): per kernel name,
-launches, median duration, grid, registers and the SpeedOfLight and
-occupancy figures of its median launch (lines that are not CSV, the
-program's own output, are skipped)."""
+launches, median duration, grid, registers and the SpeedOfLight, occupancy
+and issue figures of its median launch (lines that are not CSV, the
+program's own output, are skipped). Where the CSV holds stall-reason metrics
+(--metrics smsp__average_warps_issue_stalled_*_per_issue_active.ratio), a
+second table gives them per kernel: warps stalled for each reason per
+issued instruction, the largest first."""
 import csv
 import io
 import re
@@ -14,6 +17,8 @@ WANT = {
     "L1/TEX Cache Throughput": "l1%",
     "Compute (SM) Throughput": "sm%",
     "Achieved Occupancy": "occ%",
+    "Warp Cycles Per Issued Instruction": "cpi",
+    "Issue Slots Busy": "iss%",
     "Registers Per Thread": "regs",
     "Grid Size": "grid",
 }
@@ -42,6 +47,12 @@ def main(path):
             kern[k] = {}
             order.append(k)
         m = r["Metric Name"]
+        st = re.match(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active", m)
+        if st:
+            try:
+                kern[k]["stall:" + st.group(1)] = float(r["Metric Value"].replace(",", ""))
+            except ValueError:
+                pass
         if m in WANT:
             v = r["Metric Value"].replace(",", "")
             try:
@@ -55,12 +66,18 @@ def main(path):
     by_name = {}
     for k in order:
         by_name.setdefault(short(k[1]), []).append(kern[k])
-    cols = ["us", "dram%", "l1%", "sm%", "occ%", "regs", "grid"]
+    cols = ["us", "dram%", "l1%", "sm%", "occ%", "cpi", "iss%", "regs", "grid"]
     print("%-48s %4s " % ("kernel", "n") + " ".join("%6s" % c for c in cols))
     for name, ls in by_name.items():
         ls = sorted(ls, key=lambda d: d.get("us", 0))
         med = ls[len(ls) // 2]
         print("%-48s %4d " % (name, len(ls)) + " ".join("%6.0f" % med.get(c, float("nan")) for c in cols))
+    stalls = [(name, ls[len(ls) // 2]) for name, ls in by_name.items()]
+    if any(k.startswith("stall:") for _, d in stalls for k in d):
+        print("stalls per issued instruction (median launch), largest first:")
+        for name, d in stalls:
+            st = sorted(((v, k[6:]) for k, v in d.items() if k.startswith("stall:")), reverse=True)
+            print("%-48s " % name + "  ".join("%s %.2f" % (k, v) for v, k in st[:6]))
     return 0
 
 
