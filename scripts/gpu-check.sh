@@ -263,7 +263,8 @@ fi
 fails=$(grep -c 'FAIL' "$LOG/summary.txt")
 
 if [ $PACK = 1 ]; then
-  (cd "$LOG" && tar czf gpu-check-logs.tar.gz --exclude=gpu-check-logs.tar.gz *.log &&
-     find . -maxdepth 1 -name '*.log' ! -name 'bench-gpu.log' ! -name 'torch-chain.log' ! -name 'speedup.log' -delete)
+  (cd "$LOG" && tar czf gpu-check-logs.tar.gz --exclude=gpu-check-logs.tar.gz *.log $([ -d prof ] && echo prof) &&
+     find . -maxdepth 1 -name '*.log' ! -name 'bench-gpu.log' ! -name 'torch-chain.log' ! -name 'speedup.log' -delete &&
+     rm -rf prof)
 fi
 [ "$fails" -eq 0 ]
