@@ -77,6 +77,11 @@ $(1)/%: $(EMU_DIR)/gen/tests/cuda/%.cpp $(1)/libsyncbn_cuda_emu.a $(EMU_SUPPORT)
 endef
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/plain,-O2))
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/asan,-O1 $(EMU_ASAN)))
+# The kernels' measuring knobs that are off by default (src/cuda/bn_reduce.cu)
+# are built and tested too, so that their code keeps working until a GPU
+# measures it.
+EMU_KNOBS := -DSBN_CUDA_FUSED_MERGE -DSBN_CUDA_DUP_IN_KERNEL
+$(eval $(call EMU_VARIANT,$(EMU_DIR)/knobs,-O2 $(EMU_KNOBS)))
 
 # The GPU benchmark program, run once on a small shape as a smoke test (its
 # times measure the emulation, not a GPU).
@@ -88,13 +93,16 @@ $(EMU_DIR)/plain/syncbn-bench-gpu: bench/gpu/bench_gpu.c $(EMU_DIR)/plain/libsyn
 
 # Under AddressSanitizer (and LeakSanitizer) too, but the long layer test.
 EMU_ASAN_TESTS := test_cuda_kernels test_cuda_graph test_cuda_equivalence test_cuda_misuse test_nccl
+EMU_KNOB_TESTS := test_cuda_kernels test_cuda_layer test_cuda_graph test_cuda_equivalence
 EMU_BINS := $(EMU_TESTS:%=$(EMU_DIR)/plain/%) $(EMU_DIR)/plain/test_nccl $(EMU_ASAN_TESTS:%=$(EMU_DIR)/asan/%) \
-            $(EMU_DIR)/plain/syncbn-bench-gpu
+            $(EMU_DIR)/plain/syncbn-bench-gpu $(EMU_KNOB_TESTS:%=$(EMU_DIR)/knobs/%)
 EMU_CMDS := 'cmd:$(EMU_DIR)/plain/test_cuda_kernels --quick' \
             $(filter-out %/test_cuda_kernels,$(EMU_TESTS:%=cmd:$(EMU_DIR)/plain/%)) cmd:$(EMU_DIR)/plain/test_nccl \
             'cmd:$(EMU_DIR)/asan/test_cuda_kernels --quick' \
             $(filter-out %/test_cuda_kernels,$(EMU_ASAN_TESTS:%=cmd:$(EMU_DIR)/asan/%)) \
-            'cmd:$(EMU_DIR)/plain/syncbn-bench-gpu --iters 1 --warmup 0 --only 32x2048'
+            'cmd:$(EMU_DIR)/plain/syncbn-bench-gpu --iters 1 --warmup 0 --only 32x2048' \
+            'cmd:$(EMU_DIR)/knobs/test_cuda_kernels --quick' \
+            $(filter-out %/test_cuda_kernels,$(EMU_KNOB_TESTS:%=cmd:$(EMU_DIR)/knobs/%))
 all: $(EMU_BINS)
 EXTRA_TEST_CMDS += $(EMU_CMDS)
 
