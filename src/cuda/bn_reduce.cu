@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(NT, ClReduce<D>::resident) reduce_cl(const typ
   /* k: per channel the shift (its value in row 0) or the mean; 16-bit
    * storage reads it from shared memory where it is used (ktab[i][tx]:
    * channel 8 tx + i of the block), 16 registers fewer */
-  __shared__ double ktab[ClReduce<D>::shift_smem ? 8 : 1][MAX_TX];
+  __shared__ double ktab[8][MAX_TX]; /* unused (and dropped) with float32 */
   double k[8];
   if (ClReduce<D>::shift_smem) {
     const int64_t cstart = cl_c0(p, t, 0);
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(NT, ClReduce<D>::resident) reduce_cl(const typ
 #pragma unroll
     for (int i = 0; i < 8; i++) k[i] = i < clen ? (BWD ? mean[c0 + i] : (double)D::ld(x[c0 + i])) : 0.0;
   }
-#define SBN_SHIFT(i) (ClReduce<D>::shift_smem ? ktab[ClReduce<D>::shift_smem && (i) < clen ? (i) : 0][tx] : k[i])
+#define SBN_SHIFT(i) (ClReduce<D>::shift_smem ? ktab[(i) < clen ? (i) : 0][tx] : k[i])
   const int64_t tend = (chunk + 1) * p.tpc < p.nrt ? (chunk + 1) * p.tpc : p.nrt;
   if (clen > 0) {
     /* B rows at a time: their loads are all issued before the first add */

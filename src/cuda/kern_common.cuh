@@ -481,9 +481,6 @@ static inline bool geom_ok(sbn_geom g) {
   return g.n <= lim / g.c && g.s <= lim / (g.n * g.c);
 }
 
-/* The error of the launches just made (and clears it), as an int. */
-static inline int launch_status(void) { return (int)cudaGetLastError(); }
-
 } /* namespace sbn_cuda */
 
 #endif
