@@ -15,12 +15,15 @@
  * blocks, ~16K values); they write the block's sums to part + 2C * row
  * block (sums at c, second sums at C + c); the driver merges them per
  * channel in row-block order (kern_rows.inc: how a unit adds).
- * Elementwise: cb <= 1024 (by the L1 size), any number of rows.
+ * Elementwise: whole rows (cb = C), rb a multiple of SBN_EW_ROWS (the rows
+ * a step of the kernels takes; kern_rows.inc).
  * Units depend only on the shape, never on the thread count. */
 #ifndef SBN_CPU_KERN_H
 #define SBN_CPU_KERN_H
 
 #include <stdint.h>
+
+enum { SBN_EW_ROWS = 4 };
 
 typedef struct sbn_kargs {
   int64_t n, c, s;          /* batch, channels, spatial size */
@@ -36,6 +39,7 @@ typedef struct sbn_kargs {
   const float *f;           /* 16-bit elementwise: mean hi, mean lo, a, b, c (C each) */
   const float *fp;          /* the same with each whole block of 16 channels as even, odd */
   int stream;               /* elementwise: stream the output past the caches */
+  int ew_rows;              /* rows layout's elementwise passes: rows a step (1 or SBN_EW_ROWS) */
   int flat;                 /* channels-first elementwise: short rows as one flat stream */
   int cf_streams;           /* channels-first reductions of small maps: image by image from
                                this many streams (N x tensors read) */

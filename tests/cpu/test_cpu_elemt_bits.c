@@ -10,7 +10,9 @@
  * odd positions with permuted channels-last coefficients, the 16-bit types'
  * 16-value zmm path (AVX-512; bfloat16 with AVX512_BF16), the 8-value path,
  * the scalar tails, streamed stores, short channels-first rows as one flat
- * stream; in every instruction set this CPU runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
+ * stream, wide channels-last rows four at a time (C >= 1024: 2100 x 20
+ * rows, and 1035 x 21 rows, whose last row goes alone and whose channels
+ * end in an 8-value step and a scalar tail); in every instruction set this CPU runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
  * with payloads), infinities, zeros of both signs, subnormals, channels
  * whose scale is 1 + 2^-8, which puts products of bfloat16 values exactly
  * halfway between two bfloat16 values (ties), and channels whose bias or
@@ -237,12 +239,13 @@ int main(void) {
   /* C = 45 = 2 x 16 + 8 + 5 (every width of the rows layout); S = 29 =
    * 16 + 8 + 5 per channels-first row; 3x45x29 = 3915 values: one thread.
    * 8x160x41 = 52480 values: several units and threads, rows of 160.
-   * 4x2100x5: rows layout channel blocks of 512-1024 (by the L1 size) and
-   * a short last one. */
-  static const int64_t shapes[][3] = {{3, 45, 29}, {8, 160, 41}, {5, 7, 1000}, {4, 2100, 5}};
+   * 4x2100x5: rows layout's reductions in channel blocks of 512-1024 and a
+   * short last one; elementwise passes 4 rows a step. 3x1035x7: 4 rows a
+   * step, then a last row alone. */
+  static const int64_t shapes[][3] = {{3, 45, 29}, {8, 160, 41}, {5, 7, 1000}, {4, 2100, 5}, {3, 1035, 7}};
   const sbn_dtype dts[] = {SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT32};
   for (int d = 0; d < 3; d++)
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < 5; s++)
       for (int lay = 0; lay < 2; lay++)
         bad |= one(dts[d], (sbn_layout)lay, shapes[s][0], shapes[s][1], shapes[s][2], 0, &r);
   /* Streamed stores: outputs of at least SYNCBN_STREAM_MIB (4 MiB by default);
