@@ -23,9 +23,11 @@
  *            int64 per value plus 10 control lanes): the bytes and the
  *            operation of syncbn's usual path through the engine's blocking
  *            call, without encoding, decoding and polling;
- *   lanes-nb the same lanes through MPI_Iallreduce polled with MPI_Test:
- *            the floor of syncbn's path (its bytes and the engine's
- *            nonblocking call, which the bounded wait needs);
+ *   lanes-nb the same lanes through MPI_Iallreduce polled with MPI_Test,
+ *            from a separate send buffer as syncbn's: the floor of its
+ *            path (its bytes and the engine's nonblocking call, which the
+ *            bounded wait needs, and the same algorithm: an in-place call
+ *            keeps Open MPI's libnbc on its binomial tree);
  *   binned   MPI_Allreduce of 2C+2 binned sums (24 bytes each) with the
  *            library's merge operation: the bytes syncbn's fallback path
  *            moves, the same way;
@@ -71,7 +73,7 @@ static void rescale(double *buf, size_t n, MPI_Comm comm) {
   for (size_t i = 0; i < n; i++) buf[i] *= s;
 }
 
-typedef struct bufs { double *buf, *sb, *rb; sbn_xbin *x; int64_t *lanes; } bufs;
+typedef struct bufs { double *buf, *sb, *rb; sbn_xbin *x; int64_t *lanes, *lanes_s; } bufs;
 
 static void run_op(int m, MPI_Comm comm, sbn_group *g, bufs *b, size_t n, int64_t C) {
   switch (m) {
@@ -115,7 +117,7 @@ static void run_op(int m, MPI_Comm comm, sbn_group *g, bufs *b, size_t n, int64_
       break;
     case M_LANESNB: {
       MPI_Request r;
-      MPI_Iallreduce(MPI_IN_PLACE, b->lanes, 2 * (int)n + 10, MPI_INT64_T, MPI_SUM, comm, &r);
+      MPI_Iallreduce(b->lanes_s, b->lanes, 2 * (int)n + 10, MPI_INT64_T, MPI_SUM, comm, &r);
       for (int flag = 0; !flag;) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
       break;
     }
@@ -133,6 +135,7 @@ static void measure(MPI_Comm comm, sbn_group *g, int64_t C, int batches, int cal
   b.sb = calloc(n + 4, 8), b.rb = calloc(n + 4, 8);
   b.x = calloc(n + 1, sizeof *b.x);
   b.lanes = calloc(2 * n + 10, sizeof *b.lanes); /* zeros: sums stay zero over repeats */
+  b.lanes_s = calloc(2 * n + 10, sizeof *b.lanes_s);
   double *t[M_COUNT];
   for (int m = 0; m < M_COUNT; m++) t[m] = malloc(sizeof(double) * (size_t)batches);
   for (size_t i = 0; i < n; i++) b.buf[i] = 1e-3 * (double)(i % 97);
@@ -152,7 +155,7 @@ static void measure(MPI_Comm comm, sbn_group *g, int64_t C, int batches, int cal
     out[m] = t[m][batches / 2];
     free(t[m]);
   }
-  free(b.buf), free(b.sb), free(b.rb), free(b.x), free(b.lanes);
+  free(b.buf), free(b.sb), free(b.rb), free(b.x), free(b.lanes), free(b.lanes_s);
 }
 
 int main(int argc, char **argv) {
