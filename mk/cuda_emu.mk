@@ -77,10 +77,10 @@ $(1)/%: $(EMU_DIR)/gen/tests/cuda/%.cpp $(1)/libsyncbn_cuda_emu.a $(EMU_SUPPORT)
 endef
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/plain,-O2))
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/asan,-O1 $(EMU_ASAN)))
-# The kernels' measuring knobs that are off by default (src/cuda/bn_reduce.cu)
+# The kernels' measuring knobs that are off by default (src/cuda/bn_elemt.cu)
 # are built and tested too, so that their code keeps working until a GPU
 # measures it.
-EMU_KNOBS := -DSBN_CUDA_FUSED_MERGE -DSBN_CUDA_DUP_IN_KERNEL
+EMU_KNOBS := -DSBN_CUDA_SEPARATE_FINISH
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/knobs,-O2 $(EMU_KNOBS)))
 
 # The GPU benchmark program, run once on a small shape as a smoke test (its

@@ -10,6 +10,9 @@
  * One layer step through the table:
  *   forward:  stats -> [group all-reduce of the payload] -> forward_finish -> normalize
  *   backward: backward_reduce -> [all-reduce] -> backward_finish -> backward_elemt
+ * normalize always follows a successful forward_finish of the same call,
+ * and backward_elemt a backward_finish with want_dx: a device may leave the
+ * finish's work to those (CUDA does, in the elementwise kernel).
  * The payload is 2C+1 doubles: per channel sum = n*mean and sumsq =
  * M2 + n*mean^2, then the count n (forward); sum(dy) and sum(dy*(x-mean))
  * (backward, 2C). It lives in the device's memory (`payload`); a group

@@ -21,6 +21,8 @@
  *      dx = (a * dy - b) - c * ((x - hi) - lo)
  *    within a few float32 roundings of the terms' magnitudes, far below the
  *    half ulp (2^-8, 2^-11) of the 16-bit result. */
+#include "bn_finish_cuda.h"
+#include "finish_math.cuh"
 #include "kern_common.cuh"
 #include "launch.cuh"
 
@@ -65,25 +67,92 @@ template <> struct Arith<DF32> { /* float32: float64 */
   }
 };
 
-template <class D, bool BWD>
-__device__ __forceinline__ typename Arith<D>::K coef(int64_t ch, const double *mean, const double *a,
-                                                     const double *b, const double *c) {
-  return Arith<D>::make(mean[ch], a[ch], b[ch], BWD ? c[ch] : 0.0);
+/* Where a block's coefficients come from. begin() runs first in every
+ * block (all its threads); false: the block writes nothing. get() gives
+ * channel ch's mean, a, b, c. */
+struct GivenCoef { /* arrays the finish kernel wrote (bn_finish.cu) */
+  const double *mean, *a, *b, *c;
+  __device__ bool begin() { return true; }
+  template <bool BWD> __device__ void get(int64_t ch, double &m, double &ka, double &kb, double &kc) const {
+    m = mean[ch], ka = a[ch], kb = b[ch], kc = BWD ? c[ch] : 0.0;
+  }
+};
+/* The forward finish done by the normalize kernel itself: each block
+ * computes its channels' coefficients from the payload (the same
+ * operations, so the same bits, in every block), and the first blocks
+ * (finish_blocks) also write what the finish kernel would: saved
+ * statistics, running statistics, num_batches_tracked. One kernel boundary
+ * less per pass: a drain and a launch of a few microseconds, more than the
+ * data itself on 7x7 maps. */
+struct FwdFinishCoef {
+  sbn_cuda_finish f;
+  int batch_stats, update;
+  double n;
+  __device__ bool begin() {
+    n = batch_stats ? f.payload[2 * f.c] : 0.0;
+    if (fwd_count_bad(f, batch_stats, n)) return false; /* the deferred error: y is not written */
+    const unsigned nb = finish_blocks(f.c, gridDim.x);
+    if (blockIdx.x < nb) fwd_finish_channels(f, batch_stats, update, n, blockIdx.x, nb, false);
+    return true;
+  }
+  template <bool BWD> __device__ void get(int64_t ch, double &m, double &ka, double &kb, double &kc) const {
+    fwd_coef(f, batch_stats, n, ch, m, ka, kb);
+    kc = 0.0;
+  }
+};
+/* The backward finish done by the backward elementwise kernel (as above):
+ * the first blocks add this rank's sums to grad_weight and grad_bias. */
+struct BwdFinishCoef {
+  sbn_cuda_finish f;
+  int synced, batch_stats;
+  double count;
+  __device__ bool begin() {
+    if (*f.fwd_bad) return false;
+    count = *f.saved_count;
+    const unsigned nb = finish_blocks(f.c, gridDim.x);
+    if (blockIdx.x < nb) bwd_finish_channels(f, synced, batch_stats, blockIdx.x, nb, false);
+    return true;
+  }
+  template <bool BWD> __device__ void get(int64_t ch, double &m, double &ka, double &kb, double &kc) const {
+    m = f.mean[ch];
+    bwd_coef(f, synced, batch_stats, count, ch, ka, kb, kc);
+  }
+};
+
+template <class D, bool BWD, class Src>
+__device__ __forceinline__ typename Arith<D>::K coef(int64_t ch, const Src &src) {
+  double m, a, b, c;
+  src.template get<BWD>(ch, m, a, b, c);
+  return Arith<D>::make(m, a, b, c);
 }
+
+/* Resident blocks per SM the channels-first kernels are compiled for (1:
+ * the compiler's choice). SBN_CUDA_ELEMT16_BLOCKS=N (measuring knob) asks
+ * for N with 16-bit storage: 8 caps them at 32 registers, what they took
+ * before they did the finish (45-48 since: 5 resident blocks), and lets
+ * their backward take the finish too (fuse_backward). */
+#ifdef SBN_CUDA_ELEMT16_BLOCKS
+constexpr int kElemt16Blocks = SBN_CUDA_ELEMT16_BLOCKS;
+#else
+constexpr int kElemt16Blocks = 0;
+#endif
+template <class D> struct ElemtBlocks {
+  static constexpr int value = sizeof(typename D::S) == 2 && kElemt16Blocks > 0 ? kElemt16Blocks : 1;
+};
 
 /* Channels-first: tiles of the N*C rows of S values; a tile holds at most
  * MAX_RPT_ELEMT rows, whose channels' coefficients the block converts first. */
-template <class D, int V, bool BWD>
-__global__ void __launch_bounds__(NT) elemt_cf(typename D::S *out, const typename D::S *x,
+template <class D, int V, bool BWD, class Src>
+__global__ void __launch_bounds__(NT, ElemtBlocks<D>::value) elemt_cf(typename D::S *out, const typename D::S *x,
                                                const typename D::S *dy, int64_t C, cf_plan p,
-                                               const double *__restrict__ mean, const double *__restrict__ a,
-                                               const double *__restrict__ b, const double *__restrict__ cc) {
+                                               Src src) {
   typedef typename Arith<D>::K K;
   __shared__ K tab[MAX_RPT_ELEMT];
   pdl_wait();
+  if (!src.begin()) return;
   const cf_tile t = cf_tile_of(p, blockIdx.x);
   const int64_t S = p.s, ch0 = t.row0 % C;
-  for (uint32_t r = threadIdx.x; r < t.nr; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, mean, a, b, cc);
+  for (uint32_t r = threadIdx.x; r < t.nr; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, src);
   __syncthreads();
   const uint32_t ng = t.nr * t.gs;
   /* B groups at a time, all loaded before the first store (out may alias x
@@ -118,17 +187,17 @@ __global__ void __launch_bounds__(NT) elemt_cf(typename D::S *out, const typenam
 /* Channels-first, S not a multiple of 8: the flat groups of flat_plan, so
  * that full groups load and store whole aligned vectors (the caller checks
  * the pointers' alignment to 8 values). */
-template <class D, int V, bool BWD>
-__global__ void __launch_bounds__(NT) elemt_flat(typename D::S *out, const typename D::S *x,
+template <class D, int V, bool BWD, class Src>
+__global__ void __launch_bounds__(NT, ElemtBlocks<D>::value) elemt_flat(typename D::S *out, const typename D::S *x,
                                                  const typename D::S *dy, int64_t C, flat_plan p,
-                                                 const double *__restrict__ mean, const double *__restrict__ a,
-                                                 const double *__restrict__ b, const double *__restrict__ cc) {
+                                                 Src src) {
   typedef typename Arith<D>::K K;
   __shared__ K tab[MAX_RPT_ELEMT];
   pdl_wait();
+  if (!src.begin()) return;
   const flat_tile t = flat_tile_of(p, blockIdx.x);
   const int64_t ch0 = t.row0 % C;
-  for (uint32_t r = threadIdx.x; r < t.nrows; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, mean, a, b, cc);
+  for (uint32_t r = threadIdx.x; r < t.nrows; r += NT) tab[r] = coef<D, BWD>((ch0 + r) % C, src);
   __syncthreads();
   constexpr int B = Batch<D>::value;
   for (uint32_t g0 = threadIdx.x; g0 < t.ng; g0 += B * NT) {
@@ -168,20 +237,20 @@ __global__ void __launch_bounds__(NT) elemt_flat(typename D::S *out, const typen
  * 64 of float32's 112 registers, and the fewer resident blocks made the
  * float32 passes 13-25% slower on an H200 (BENCHMARKS.md). tab[i][tx] holds
  * channel 8 tx + i of the tile, so a warp's lanes read neighbouring entries. */
-template <class D, int V, bool BWD>
+template <class D, int V, bool BWD, class Src>
 __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typename D::S *x,
                                                const typename D::S *dy, cl_plan p,
-                                               const double *__restrict__ mean, const double *__restrict__ a,
-                                               const double *__restrict__ b, const double *__restrict__ cc) {
+                                               Src src) {
   typedef typename Arith<D>::K K;
   constexpr int GPT = Gpt<D>::value;
   __shared__ K tab[8][MAX_TX];
   pdl_wait();
+  if (!src.begin()) return;
   const int64_t C = p.c;
   const cl_tile t = cl_tile_of(p, blockIdx.x);
   const int64_t cstart = cl_c0(p, t, 0);
   for (int j = threadIdx.x; j < p.cbw; j += NT)
-    if (cstart + j < C) tab[j % 8][j / 8] = coef<D, BWD>(cstart + j, mean, a, b, cc);
+    if (cstart + j < C) tab[j % 8][j / 8] = coef<D, BWD>(cstart + j, src);
   __syncthreads();
   const int tx = threadIdx.x & (p.tx - 1), ty = threadIdx.x / p.tx;
   const int64_t c0 = cl_c0(p, t, tx);
@@ -208,55 +277,126 @@ __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typenam
   }
 }
 
-template <bool BWD>
-int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_geom g, const double *mean,
-               const double *a, const double *b, const double *c) {
-  if (!geom_ok(g)) return (int)cudaErrorInvalidValue;
-  if (g.n == 0 || g.c == 0 || g.s == 0) return 0;
-  if (!out || !x || !mean || !a || !b || (BWD && (!dy || !c))) return (int)cudaErrorInvalidValue;
-  const void *dyv = BWD ? dy : x;
+/* An elementwise pass's plan: which kernel, its tiles, its vector width. */
+struct elemt_plan {
+  enum { ROWS, FLAT, CF } kind;
+  cl_plan cl;
+  flat_plan flat;
+  cf_plan cf;
+  int64_t ntiles;
+  int v;
+};
+
+/* g has values and geom_ok(g) */
+elemt_plan plan_elemt(sbn_geom g, const void *out, const void *x, const void *dyv) {
+  elemt_plan pl = {};
   if (rows_layout(g)) {
-    const cl_plan p = cl_make(g.n * g.s, g.c, gpt_of(g.dtype));
-    if (p.ntiles > INT32_MAX) return (int)cudaErrorInvalidValue;
-    const int v = vec_width(g.dtype, g.c, out, x, dyv);
-    return dispatch(g.dtype, v, [&](auto d, auto vc) {
-      typedef decltype(d) D;
-      typedef typename D::S S;
-      return launch_kernel(elemt_cl<D, decltype(vc)::value, BWD>, (unsigned)p.ntiles, NT, st, (S *)out,
-                           (const S *)x, (const S *)dyv, p, mean, a, b, c);
-    });
+    pl.kind = elemt_plan::ROWS;
+    pl.cl = cl_make(g.n * g.s, g.c, gpt_of(g.dtype));
+    pl.ntiles = pl.cl.ntiles;
+    pl.v = vec_width(g.dtype, g.c, out, x, dyv);
+    return pl;
   }
   const int full = 16 / dtype_size(g.dtype); /* values per 16-byte vector */
   if (flat_fits(g.s) && vec_width(g.dtype, full, out, x, dyv) == full) {
-    const flat_plan p = flat_make(g.n * g.c * g.s, g.s, (int64_t)NT * gpt_of(g.dtype));
-    if (p.ntiles > INT32_MAX) return (int)cudaErrorInvalidValue;
-    return dispatch(g.dtype, full, [&](auto d, auto vc) {
-      typedef decltype(d) D;
-      typedef typename D::S S;
-      return launch_kernel(elemt_flat<D, decltype(vc)::value, BWD>, (unsigned)p.ntiles, NT, st, (S *)out,
-                           (const S *)x, (const S *)dyv, g.c, p, mean, a, b, c);
-    });
+    pl.kind = elemt_plan::FLAT;
+    pl.flat = flat_make(g.n * g.c * g.s, g.s, (int64_t)NT * gpt_of(g.dtype));
+    pl.ntiles = pl.flat.ntiles;
+    pl.v = full;
+    return pl;
   }
-  const cf_plan p = cf_make(g.n * g.c, g.s, (int64_t)NT * gpt_of(g.dtype), MAX_RPT_ELEMT);
-  if (p.ntiles > INT32_MAX) return (int)cudaErrorInvalidValue;
-  const int v = vec_width(g.dtype, g.s, out, x, dyv);
-  return dispatch(g.dtype, v, [&](auto d, auto vc) {
+  pl.kind = elemt_plan::CF;
+  pl.cf = cf_make(g.n * g.c, g.s, (int64_t)NT * gpt_of(g.dtype), MAX_RPT_ELEMT);
+  pl.ntiles = pl.cf.ntiles;
+  pl.v = vec_width(g.dtype, g.s, out, x, dyv);
+  return pl;
+}
+
+/* Whether an elementwise pass over g launches a kernel (that can do the finish). */
+bool has_values(sbn_geom g) { return geom_ok(g) && g.n != 0 && g.c != 0 && g.s != 0; }
+
+template <bool BWD, class Src>
+int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_geom g, Src src) {
+  if (!geom_ok(g)) return (int)cudaErrorInvalidValue;
+  if (!has_values(g)) return 0;
+  if (!out || !x || (BWD && !dy)) return (int)cudaErrorInvalidValue;
+  const void *dyv = BWD ? dy : x;
+  const elemt_plan pl = plan_elemt(g, out, x, dyv);
+  if (pl.ntiles > INT32_MAX) return (int)cudaErrorInvalidValue;
+  return dispatch(g.dtype, pl.v, [&](auto d, auto vc) {
     typedef decltype(d) D;
     typedef typename D::S S;
-    return launch_kernel(elemt_cf<D, decltype(vc)::value, BWD>, (unsigned)p.ntiles, NT, st, (S *)out,
-                         (const S *)x, (const S *)dyv, g.c, p, mean, a, b, c);
+    constexpr int V = decltype(vc)::value;
+    const unsigned grid = (unsigned)pl.ntiles;
+    if (pl.kind == elemt_plan::ROWS)
+      return launch_kernel(elemt_cl<D, V, BWD, Src>, grid, NT, st, (S *)out, (const S *)x, (const S *)dyv, pl.cl, src);
+    if (pl.kind == elemt_plan::FLAT)
+      return launch_kernel(elemt_flat<D, V, BWD, Src>, grid, NT, st, (S *)out, (const S *)x, (const S *)dyv, g.c,
+                           pl.flat, src);
+    return launch_kernel(elemt_cf<D, V, BWD, Src>, grid, NT, st, (S *)out, (const S *)x, (const S *)dyv, g.c,
+                         pl.cf, src);
   });
 }
+
+/* Whether the backward's finish goes into its elementwise kernel. There it
+ * costs every block a longer start (two dependent loads, then the
+ * coefficients' divisions) against one kernel boundary saved. Measured on
+ * an H200 against the finish kernel (BENCHMARKS.md): 1-6% faster on grids
+ * of up to 1024 blocks (7x7 and 14x14 maps at N = 32, 16-bit rows layout up
+ * to 56x56), 2-5% slower on larger float32 grids, whose backward kernel
+ * (120-128 registers, 2 resident blocks) pays that start in every wave;
+ * the 16-bit channels-first kernels lose occupancy to it (32 -> 45
+ * registers: 8 -> 5 resident blocks), 2-8% slower, and keep the finish
+ * kernel. The forward's finish always goes into normalize (1-12% faster
+ * but on one shape, +1%). */
+constexpr int64_t kFuseBackwardMaxBlocks = 1024;
+bool fuse_backward(sbn_geom g, const void *dx, const void *dy, const void *x) {
+  const elemt_plan pl = plan_elemt(g, dx, x, dy);
+  const bool occupancy_kept = g.dtype == SBN_DTYPE_FLOAT32 || pl.kind == elemt_plan::ROWS || kElemt16Blocks > 0;
+  return pl.ntiles <= kFuseBackwardMaxBlocks && occupancy_kept;
+}
+
+/* SBN_CUDA_SEPARATE_FINISH (measuring knob): the finish kernels run before
+ * the elementwise ones, as they did before the elementwise kernels took
+ * their work over. */
+#ifdef SBN_CUDA_SEPARATE_FINISH
+constexpr bool kSeparateFinish = true;
+#else
+constexpr bool kSeparateFinish = false;
+#endif
 
 } /* namespace */
 
 extern "C" int sbn_cuda_normalize(sbn_cuda_stream stream, void *y, const void *x, sbn_geom g,
                                   const double *mean, const double *scale, const double *bias) {
-  return elemt_pass<false>((cudaStream_t)stream, y, x, NULL, g, mean, scale, bias, NULL);
+  if (has_values(g) && (!mean || !scale || !bias)) return (int)cudaErrorInvalidValue;
+  return elemt_pass<false>((cudaStream_t)stream, y, x, NULL, g, GivenCoef{mean, scale, bias, NULL});
 }
 
 extern "C" int sbn_cuda_backward_elemt(sbn_cuda_stream stream, void *dx, const void *dy, const void *x,
                                        sbn_geom g, const double *mean, const double *a, const double *b,
                                        const double *c) {
-  return elemt_pass<true>((cudaStream_t)stream, dx, x, dy, g, mean, a, b, c);
+  if (has_values(g) && (!mean || !a || !b || !c)) return (int)cudaErrorInvalidValue;
+  return elemt_pass<true>((cudaStream_t)stream, dx, x, dy, g, GivenCoef{mean, a, b, c});
+}
+
+extern "C" int sbn_cuda_finish_normalize(sbn_cuda_stream stream, void *y, const void *x, sbn_geom g,
+                                         const sbn_cuda_finish *f, int batch_stats, int update) {
+  if (!f) return (int)cudaErrorInvalidValue;
+  if (kSeparateFinish || !has_values(g)) {
+    const int e = sbn_cuda_forward_finish(stream, f, batch_stats, update);
+    return e ? e : sbn_cuda_normalize(stream, y, x, g, f->mean, f->ka, f->kb);
+  }
+  return elemt_pass<false>((cudaStream_t)stream, y, x, NULL, g, FwdFinishCoef{*f, batch_stats, update, 0.0});
+}
+
+extern "C" int sbn_cuda_finish_backward_elemt(sbn_cuda_stream stream, void *dx, const void *dy, const void *x,
+                                              sbn_geom g, const sbn_cuda_finish *f, int synced,
+                                              int batch_stats) {
+  if (!f) return (int)cudaErrorInvalidValue;
+  if (kSeparateFinish || !has_values(g) || !dx || !dy || !x || !fuse_backward(g, dx, dy, x)) {
+    const int e = sbn_cuda_backward_finish(stream, f, synced, 1, batch_stats);
+    return e ? e : sbn_cuda_backward_elemt(stream, dx, dy, x, g, f->mean, f->ka, f->kb, f->kc);
+  }
+  return elemt_pass<true>((cudaStream_t)stream, dx, x, dy, g, BwdFinishCoef{*f, synced, batch_stats, 0.0});
 }

@@ -1,8 +1,9 @@
 /* Internal: the per-channel steps of the CUDA layer between its passes, as
- * small kernels (bn_finish.cu), so that the host never waits for the
- * statistics. They mirror the CPU table's float64 formulas operation for
- * operation (device_cpu.c; compiled without fused multiply-add). Each
- * returns 0 or the cudaError_t of the launch. */
+ * small kernels (bn_finish.cu) or inside the elementwise kernels that follow
+ * them (bn_elemt.cu), so that the host never waits for the statistics.
+ * They mirror the CPU table's float64 formulas operation for operation
+ * (device_cpu.c; finish_math.cuh rounds each one explicitly). Each returns
+ * 0 or the cudaError_t of the launch. */
 #ifndef SBN_CUDA_BN_FINISH_CUDA_H
 #define SBN_CUDA_BN_FINISH_CUDA_H
 
@@ -41,6 +42,20 @@ int sbn_cuda_forward_finish(sbn_cuda_stream stream, const sbn_cuda_finish *f, in
  * fwd_bad. */
 int sbn_cuda_backward_finish(sbn_cuda_stream stream, const sbn_cuda_finish *f, int synced,
                              int want_dx, int batch_stats);
+
+/* The finish and the elementwise pass after it in one kernel: the
+ * elementwise kernel's blocks compute their channels' coefficients from the
+ * payload themselves and its first blocks do the rest of the finish
+ * (bn_elemt.cu). The same results as sbn_cuda_forward_finish then
+ * sbn_cuda_normalize (f->mean, f->ka, f->kb), and as
+ * sbn_cuda_backward_finish(want_dx 1) then sbn_cuda_backward_elemt, but
+ * ka, kb, kc are not written, and a count of 1 (forward) or fwd_bad
+ * (backward) leaves y or dx unwritten. An empty tensor runs the finish
+ * kernel alone. */
+int sbn_cuda_finish_normalize(sbn_cuda_stream stream, void *y, const void *x, sbn_geom g,
+                              const sbn_cuda_finish *f, int batch_stats, int update);
+int sbn_cuda_finish_backward_elemt(sbn_cuda_stream stream, void *dx, const void *dy, const void *x,
+                                   sbn_geom g, const sbn_cuda_finish *f, int synced, int batch_stats);
 
 #ifdef __cplusplus
 }

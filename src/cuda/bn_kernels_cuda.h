@@ -35,9 +35,7 @@ typedef struct CUstream_st *sbn_cuda_stream; /* = cudaStream_t */
  * layer: grows on the first call with a larger shape, then is reused. */
 typedef struct sbn_cuda_ws {
   void *part;
-  size_t cap;     /* bytes */
-  void *cnt;      /* SBN_CUDA_FUSED_MERGE: tiles done per channel (block), 0 between passes */
-  size_t cnt_cap; /* bytes */
+  size_t cap; /* bytes */
 } sbn_cuda_ws;
 
 /* Test hook: the rows layout's reductions aim at this many blocks instead

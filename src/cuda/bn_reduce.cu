@@ -92,47 +92,8 @@ __device__ __forceinline__ void put_sums(double s, double q, double k, double n,
   }
 }
 
-/* SBN_CUDA_FUSED_MERGE (measuring knob): the last tile block of a channel
- * (channels-first) or channel block (rows layout) to finish merges the
- * partials itself, instead of a merge kernel after the tiles: one kernel
- * less per pass. Blocks count themselves in ws->cnt (an integer atomic;
- * the last one resets it), and the merge adds in the merge kernels' order,
- * so the bits are the same with and without it. */
-#ifdef SBN_CUDA_FUSED_MERGE
-constexpr bool kFusedMerge = true;
-#else
-constexpr bool kFusedMerge = false;
-#endif
-
-/* SBN_CUDA_DUP_IN_KERNEL (measuring knob): the backward reduction writes
- * its copy of the sums for the collective (dup) where it writes the sums,
- * instead of a device-to-device copy after it (one graph node less, and no
- * copy between two PDL kernels). */
-#ifdef SBN_CUDA_DUP_IN_KERNEL
-constexpr bool kDupInKernel = true;
-#else
-constexpr bool kDupInKernel = false;
-#endif
-
 /* A partial written by another block of the same grid: read past L1 */
 __device__ __forceinline__ double ld_other(const double *p) { return *(const volatile double *)p; }
-
-/* Whether this block is the last of `of` blocks counted in *cnt (then *cnt
- * is reset for the next pass). Every thread that wrote a partial has
- * fenced it before the call; all threads of the block call it. */
-__device__ __forceinline__ bool last_block(unsigned *cnt, int64_t of) {
-  __shared__ int last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned done = atomicAdd(cnt, 1u);
-    last = done == (unsigned)(of - 1);
-    if (last) *cnt = 0; /* no other block of this grid touches it again */
-  }
-  __syncthreads();
-  if (last) __threadfence(); /* the others' partials are visible from here */
-  return last;
-}
 
 /* One warp merges channel c's tile partials part[j * sj + c * sc] and
  * [... + oq], j < ntiles: lane l takes tiles l, l + 32, ..., then a fixed
@@ -174,7 +135,7 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
                                                 const double *__restrict__ mean, int64_t C, cf_plan p,
                                                 double *__restrict__ part, double n, double *__restrict__ out1,
                                                 double *__restrict__ out2, double *__restrict__ count,
-                                                unsigned *__restrict__ cnt, double *__restrict__ dup) {
+                                                double *__restrict__ dup) {
   pdl_wait();
   const int64_t c = blockIdx.x / p.ntiles, j = blockIdx.x - c * p.ntiles;
   const int64_t S = p.s;
@@ -219,16 +180,6 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
   if (CfChains<D, BWD>::two) as = __dadd_rn(as, as2), aq = __dadd_rn(aq, aq2);
   pdl_trigger();
   block_sum2(as, aq);
-  if (kFusedMerge && p.ntiles > 1) {
-    if (threadIdx.x == 0) {
-      part[2 * blockIdx.x] = as;
-      part[2 * blockIdx.x + 1] = aq;
-    }
-    if (!last_block(cnt + c, p.ntiles) || threadIdx.x >= 32) return;
-    merge_channel<D, !BWD>(part, c, p.ntiles, 2, 2 * p.ntiles, 1, x, S, n, out1, out2, C, dup);
-    if (!BWD && c == 0 && threadIdx.x == 0) *count = n;
-    return;
-  }
   if (threadIdx.x != 0) return;
   if (p.ntiles == 1) {
     /* 0 + s as the merge's first addition has it (-0 becomes +0), so the
@@ -254,44 +205,6 @@ template <class D> struct ClReduce {
   static constexpr bool shift_smem = small;
 };
 
-/* SBN_CUDA_FUSED_MERGE, rows layout: the last chunk block of channel block
- * t.cb merges its channels' chunk partials in merge_rows' order (chunk j
- * into sum j mod 32, then the 32 sums in order), 4 x 64 threads a round
- * through buf (512 doubles of shared memory). */
-template <class D, bool STATS>
-__device__ __forceinline__ void merge_rows_last(const cl_plan &p, const cl_tile &t, double *buf,
-                                                const typename D::S *x, const double *part, double n,
-                                                double *out1, double *out2, double *count, unsigned *cnt,
-                                                double *dup) {
-  static_assert(NT == 256 && 8 * MAX_TX <= 64, "merge_rows_last: 64 channels x 4 sums a round");
-  __threadfence(); /* this thread's partials, before the block counts itself */
-  if (!last_block(cnt + t.cb, p.nch)) return;
-  const int64_t C = p.c;
-  const int ch = threadIdx.x % 64, r4 = threadIdx.x / 64;
-  const int64_t c = cl_c0(p, t, 0) + ch;
-  const bool has = ch < p.cbw && c < C;
-  double s = 0.0, q = 0.0;
-  for (int i = 0; i < 8; i++) {
-    double a = 0.0, b = 0.0;
-    if (has)
-      for (int64_t j = r4 + 4 * i; j < p.nch; j += 32) {
-        a += ld_other(part + 2 * j * C + c);
-        b += ld_other(part + (2 * j + 1) * C + c);
-      }
-    buf[r4 * 64 + ch] = a, buf[(4 + r4) * 64 + ch] = b;
-    __syncthreads();
-    if (threadIdx.x < 64 && has)
-      for (int r = 0; r < 4; r++) {
-        if (i == 0 && r == 0) s = buf[ch], q = buf[4 * 64 + ch];
-        else s += buf[r * 64 + ch], q += buf[(4 + r) * 64 + ch];
-      }
-    __syncthreads();
-  }
-  if (threadIdx.x < 64 && has)
-    put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c]) : 0.0, n, c, out1, out2, C, dup);
-  if (STATS && t.cb == 0 && threadIdx.x == 0) *count = n;
-}
-
 /* Rows of C channels: block = (chunk of tpc row tiles, channel block);
  * thread (tx, ty) sums channels [c0, c0 + 8) over rows ty, ty + TY, ... of
  * each tile of the chunk (GPT rows a tile, tiles in order), then the block
@@ -301,9 +214,7 @@ template <class D, int V, bool BWD>
 __global__ void __launch_bounds__(NT, ClReduce<D>::resident) reduce_cl(const typename D::S *__restrict__ x,
                                                 const typename D::S *__restrict__ dy,
                                                 const double *__restrict__ mean, cl_plan p,
-                                                double *__restrict__ part, double n, double *__restrict__ out1,
-                                                double *__restrict__ out2, double *__restrict__ count,
-                                                unsigned *__restrict__ cnt, double *__restrict__ dup) {
+                                                double *__restrict__ part) {
   constexpr int GPT = Gpt<D>::value;
   __shared__ double sh[WARPS][MAX_TX][16];
   pdl_wait();
@@ -370,7 +281,6 @@ __global__ void __launch_bounds__(NT, ClReduce<D>::resident) reduce_cl(const typ
     const int64_t c = cl_c0(p, t, ttx) + comp % 8;
     if (c < C) part[(2 * chunk + comp / 8) * C + c] = sum;
   }
-  if (kFusedMerge) merge_rows_last<D, !BWD>(p, t, &sh[0][0][0], x, part, n, out1, out2, count, cnt, dup);
 }
 
 #undef SBN_SHIFT
@@ -455,8 +365,6 @@ int reduce_launch(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, 
   if (!ws->part || (size_t)(2 * C * tiles) * sizeof(double) > ws->cap || C * tiles > INT32_MAX)
     return (int)cudaErrorInvalidValue;
   double *part = (double *)ws->part;
-  if (kFusedMerge && (!ws->cnt || (size_t)C * sizeof(unsigned) > ws->cnt_cap)) return (int)cudaErrorInvalidValue;
-  unsigned *cnt = (unsigned *)ws->cnt;
   const double n = (double)(g.n * g.s);
   const unsigned merge_blocks = (unsigned)((C + WARPS - 1) / WARPS);
   if (rows_layout(g)) {
@@ -466,8 +374,8 @@ int reduce_launch(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, 
       typedef decltype(d) D;
       typedef typename D::S S;
       const int e = launch_kernel(reduce_cl<D, decltype(vc)::value, BWD>, (unsigned)(p.nch * p.ncb), NT, st,
-                                  (const S *)x, (const S *)dy, mean, p, part, n, out1, out2, count, cnt, dup);
-      if (e || kFusedMerge) return e;
+                                  (const S *)x, (const S *)dy, mean, p, part);
+      if (e) return e;
       return launch_kernel(merge_rows<D, !BWD>, (unsigned)((C + 31) / 32), 32 * MW, st, part, C, p.nch,
                            (const S *)x, n, out1, out2, count, dup);
     });
@@ -478,26 +386,11 @@ int reduce_launch(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, 
     typedef decltype(d) D;
     typedef typename D::S S;
     const int e = launch_kernel(reduce_cf<D, decltype(vc)::value, BWD>, (unsigned)(C * p.ntiles), NT, st,
-                                (const S *)x, (const S *)dy, mean, C, p, part, n, out1, out2, count, cnt, dup);
-    if (e || p.ntiles == 1 || kFusedMerge) return e;
+                                (const S *)x, (const S *)dy, mean, C, p, part, n, out1, out2, count, dup);
+    if (e || p.ntiles == 1) return e;
     return launch_kernel(merge<D, !BWD>, merge_blocks, NT, st, part, C, p.ntiles, (int64_t)2, 2 * p.ntiles,
                          (int64_t)1, (const S *)x, g.s, n, out1, out2, count, dup);
   });
-}
-
-/* A pass, and dup (backward: the copy of the sums the collective sums in
- * place) from the kernels, or copied after them. */
-template <bool BWD>
-int reduce_pass(sbn_cuda_ws *ws, cudaStream_t st, double *out1, double *out2, double *count, const void *x,
-                const void *dy, const double *mean, sbn_geom g, double *dup) {
-  const int e = reduce_launch<BWD>(ws, st, out1, out2, count, x, dy, mean, g, kDupInKernel ? dup : NULL);
-  if (e || !dup || kDupInKernel || g.c <= 0) return e;
-  const size_t bytes = (size_t)g.c * sizeof(double);
-  cudaError_t ce = out2 == out1 + g.c ? cudaMemcpyAsync(dup, out1, 2 * bytes, cudaMemcpyDeviceToDevice, st)
-                                      : cudaMemcpyAsync(dup, out1, bytes, cudaMemcpyDeviceToDevice, st);
-  if (ce == cudaSuccess && out2 != out1 + g.c)
-    ce = cudaMemcpyAsync(dup + g.c, out2, bytes, cudaMemcpyDeviceToDevice, st);
-  return (int)ce;
 }
 
 } /* namespace */
@@ -512,24 +405,6 @@ extern "C" int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g) {
   if (!ws || !geom_ok(g)) return (int)cudaErrorInvalidValue;
   if (g.n == 0 || g.c == 0 || g.s == 0) return 0;
   const size_t need = (size_t)(2 * g.c * reduce_tiles_per_channel(g)) * sizeof(double);
-  if (kFusedMerge && (!ws->cnt || (size_t)g.c * sizeof(unsigned) > ws->cnt_cap)) {
-    /* the counters start at 0 (and every pass leaves them there) */
-    const size_t bytes = (size_t)g.c * sizeof(unsigned);
-    void *c = NULL;
-    cudaError_t e = cudaMalloc(&c, bytes);
-    if (e == cudaSuccess) e = cudaMemset(c, 0, bytes);
-    /* cudaMemset runs on the legacy stream, which a non-blocking stream
-     * does not wait for */
-    if (e == cudaSuccess) e = cudaStreamSynchronize(0);
-    if (e != cudaSuccess) {
-      if (c) cudaFree(c);
-      cudaGetLastError();
-      return (int)e;
-    }
-    if (ws->cnt) cudaFree(ws->cnt);
-    ws->cnt = c;
-    ws->cnt_cap = bytes;
-  }
   if (need <= ws->cap && ws->part) return 0;
   void *p = NULL;
   const cudaError_t e = cudaMalloc(&p, need);
@@ -546,20 +421,17 @@ extern "C" int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g) {
 extern "C" void sbn_cuda_ws_free(sbn_cuda_ws *ws) {
   if (!ws) return;
   if (ws->part) cudaFree(ws->part);
-  if (ws->cnt) cudaFree(ws->cnt);
   ws->part = NULL;
   ws->cap = 0;
-  ws->cnt = NULL;
-  ws->cnt_cap = 0;
 }
 
 extern "C" int sbn_cuda_stats(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum, double *sumsq,
                               double *count, const void *x, sbn_geom g) {
-  return reduce_pass<false>(ws, (cudaStream_t)stream, sum, sumsq, count, x, NULL, NULL, g, NULL);
+  return reduce_launch<false>(ws, (cudaStream_t)stream, sum, sumsq, count, x, NULL, NULL, g, NULL);
 }
 
 extern "C" int sbn_cuda_backward_reduce(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum_dy,
                                         double *sum_dy_xmu, const void *dy, const void *x, sbn_geom g,
                                         const double *mean, double *dup) {
-  return reduce_pass<true>(ws, (cudaStream_t)stream, sum_dy, sum_dy_xmu, NULL, x, dy, mean, g, dup);
+  return reduce_launch<true>(ws, (cudaStream_t)stream, sum_dy, sum_dy_xmu, NULL, x, dy, mean, g, dup);
 }

@@ -20,6 +20,10 @@ typedef struct cuda_layer {
   double *block;                 /* one allocation: payload, local, mean .. saved_count */
   int64_t *nbt_host;             /* pinned: num_batches_tracked in transit */
   int *flag_host;                /* pinned, mapped: the deferred count error */
+  /* The finish that forward_finish (backward_finish, with dx) leaves to the
+   * elementwise kernel after it, which does its work (bn_finish_cuda.h) */
+  sbn_cuda_finish pending;
+  int pend_batch_stats, pend_update, pend_synced;
 } cuda_layer;
 
 static sbn_status cuda_fail(cudaError_t e, const char *call, const char *what) {
@@ -225,19 +229,22 @@ static sbn_status cuda_stats(sbn_dev_layer *L, const void *x, sbn_geom g) {
             sbn_cuda_stats(&k->ws, L->stream, L->payload, L->payload + C, L->payload + 2 * C, x, g));
 }
 
+/* The forward's finish runs in the normalize kernel (the core calls
+ * normalize right after a successful forward_finish): nothing to launch. */
 static sbn_status cuda_forward_finish(sbn_dev_layer *L, const sbn_dev_forward *f) {
   cuda_layer *k = L->impl;
-  sbn_cuda_finish fin = k->fin;
-  fin.w = L->tensor[SBN_BN_TENSOR_WEIGHT], fin.b = L->tensor[SBN_BN_TENSOR_BIAS];
-  fin.rm = L->tensor[SBN_BN_TENSOR_RUNNING_MEAN], fin.rv = L->tensor[SBN_BN_TENSOR_RUNNING_VAR];
-  ON_DEVICE(L, "sbn_bn_forward", "statistics",
-            sbn_cuda_forward_finish(L->stream, &fin, f->batch_stats, f->update));
+  sbn_cuda_finish *fin = &k->pending;
+  *fin = k->fin;
+  fin->w = L->tensor[SBN_BN_TENSOR_WEIGHT], fin->b = L->tensor[SBN_BN_TENSOR_BIAS];
+  fin->rm = L->tensor[SBN_BN_TENSOR_RUNNING_MEAN], fin->rv = L->tensor[SBN_BN_TENSOR_RUNNING_VAR];
+  k->pend_batch_stats = f->batch_stats, k->pend_update = f->update;
+  return SBN_STATUS_OK;
 }
 
 static sbn_status cuda_normalize(sbn_dev_layer *L, void *y, const void *x, sbn_geom g) {
   cuda_layer *k = L->impl;
-  ON_DEVICE(L, "sbn_bn_forward", "normalize pass",
-            sbn_cuda_normalize(L->stream, y, x, g, k->fin.mean, k->fin.ka, k->fin.kb));
+  ON_DEVICE(L, "sbn_bn_forward", "statistics and normalize pass",
+            sbn_cuda_finish_normalize(L->stream, y, x, g, &k->pending, k->pend_batch_stats, k->pend_update));
 }
 
 /* The local sums (for the weight and bias gradients) and a copy in the
@@ -253,20 +260,25 @@ static sbn_status cuda_backward_reduce(sbn_dev_layer *L, const void *dy, const v
   ON_DEVICE(L, "sbn_bn_backward", "reduce pass", reduce_and_copy(k, L, dy, x, g));
 }
 
+/* With dx, the backward's finish runs in the elementwise kernel (the core
+ * calls backward_elemt right after); without, in a kernel of its own. */
 static sbn_status cuda_backward_finish(sbn_dev_layer *L, int synced, int want_dx, int batch_stats) {
   cuda_layer *k = L->impl;
-  sbn_cuda_finish fin = k->fin;
-  fin.w = L->tensor[SBN_BN_TENSOR_WEIGHT];
-  fin.gw = L->tensor[SBN_BN_TENSOR_GRAD_WEIGHT], fin.gb = L->tensor[SBN_BN_TENSOR_GRAD_BIAS];
-  ON_DEVICE(L, "sbn_bn_backward", "gradient sums",
-            sbn_cuda_backward_finish(L->stream, &fin, synced, want_dx, batch_stats));
+  sbn_cuda_finish *fin = &k->pending;
+  *fin = k->fin;
+  fin->w = L->tensor[SBN_BN_TENSOR_WEIGHT];
+  fin->gw = L->tensor[SBN_BN_TENSOR_GRAD_WEIGHT], fin->gb = L->tensor[SBN_BN_TENSOR_GRAD_BIAS];
+  k->pend_synced = synced, k->pend_batch_stats = batch_stats;
+  if (want_dx) return SBN_STATUS_OK;
+  ON_DEVICE(L, "sbn_bn_backward", "gradient sums", sbn_cuda_backward_finish(L->stream, fin, synced, 0, batch_stats));
 }
 
 static sbn_status cuda_backward_elemt(sbn_dev_layer *L, void *dx, const void *dy, const void *x,
                                       sbn_geom g) {
   cuda_layer *k = L->impl;
-  ON_DEVICE(L, "sbn_bn_backward", "elementwise pass",
-            sbn_cuda_backward_elemt(L->stream, dx, dy, x, g, k->fin.mean, k->fin.ka, k->fin.kb, k->fin.kc));
+  ON_DEVICE(L, "sbn_bn_backward", "gradient sums and elementwise pass",
+            sbn_cuda_finish_backward_elemt(L->stream, dx, dy, x, g, &k->pending, k->pend_synced,
+                                           k->pend_batch_stats));
 }
 
 /* Host staging waits for the stream, which a stream being captured into a

@@ -1,7 +1,7 @@
 /* Internal: how the CUDA kernels are launched, with programmatic dependent
  * launch (PDL) on GPUs that have it (compute capability 9.0 and later).
  *
- * A pass is a chain of short kernels (tiles, merge, per-channel finish,
+ * A pass is a chain of short kernels (tiles, merge, finish and
  * elementwise), and each boundary costs the GPU a drain and a launch of a
  * few microseconds: on 7x7 and 14x14 maps more than the data itself. With
  * PDL a kernel is launched while its predecessor finishes: its blocks start,
