@@ -126,18 +126,21 @@ __device__ __forceinline__ typename Arith<D>::K coef(int64_t ch, const Src &src)
   return Arith<D>::make(m, a, b, c);
 }
 
-/* Resident blocks per SM the channels-first kernels are compiled for (1:
- * the compiler's choice). SBN_CUDA_ELEMT16_BLOCKS=N (measuring knob) asks
- * for N with 16-bit storage: 8 caps them at 32 registers, what they took
- * before they did the finish (45-48 since: 5 resident blocks), and lets
- * their backward take the finish too (fuse_backward). */
+/* Resident blocks per SM the channels-first kernels are compiled for. 0:
+ * the compiler's choice (the same cubin, byte for byte, as no second
+ * __launch_bounds__ argument; 1 made ptxas allocate differently, float32
+ * backward 124-128 -> 150-161 registers). SBN_CUDA_ELEMT16_BLOCKS=N
+ * (measuring knob) asks for N with 16-bit storage: 8 caps them at 32
+ * registers, what they took before they did the finish (45-48 since: 5
+ * resident blocks), and lets their backward take the finish too
+ * (fuse_backward). */
 #ifdef SBN_CUDA_ELEMT16_BLOCKS
 constexpr int kElemt16Blocks = SBN_CUDA_ELEMT16_BLOCKS;
 #else
 constexpr int kElemt16Blocks = 0;
 #endif
 template <class D> struct ElemtBlocks {
-  static constexpr int value = sizeof(typename D::S) == 2 && kElemt16Blocks > 0 ? kElemt16Blocks : 1;
+  static constexpr int value = sizeof(typename D::S) == 2 && kElemt16Blocks > 0 ? kElemt16Blocks : 0;
 };
 
 /* Channels-first: tiles of the N*C rows of S values; a tile holds at most
