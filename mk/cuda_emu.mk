@@ -80,7 +80,7 @@ $(eval $(call EMU_VARIANT,$(EMU_DIR)/asan,-O1 $(EMU_ASAN)))
 # The kernels' measuring knobs that are off by default (src/cuda/bn_elemt.cu)
 # are built and tested too, so that their code keeps working until a GPU
 # measures it.
-EMU_KNOBS := -DSBN_CUDA_SEPARATE_FINISH
+EMU_KNOBS := -DSBN_CUDA_SEPARATE_FINISH -DSBN_CUDA_FINISH_PREFETCH
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/knobs,-O2 $(EMU_KNOBS)))
 
 # The GPU benchmark program, run once on a small shape as a smoke test (its

@@ -67,11 +67,35 @@ template <> struct Arith<DF32> { /* float32: float64 */
   }
 };
 
+/* SBN_CUDA_FINISH_PREFETCH (measuring knob): before begin(), each thread
+ * prefetches the inputs of its table entry into L1, so that a block's start
+ * waits for about one memory round trip instead of two (begin()'s loads,
+ * then the channel's): the longer start is what made the backward slower
+ * with its finish in the kernel on large float32 grids (BENCHMARKS.md), so
+ * with it the backward takes the finish on grids of every size
+ * (fuse_backward). Off, the kernels compile to the same code as without it. */
+#ifdef SBN_CUDA_FINISH_PREFETCH
+constexpr bool kPrefetch = true;
+#else
+constexpr bool kPrefetch = false;
+#endif
+template <class T> __device__ __forceinline__ void prefetch_l1(const T *p) {
+#ifdef __CUDA_ARCH__
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+  (void)p;
+#endif
+}
+
 /* Where a block's coefficients come from. begin() runs first in every
  * block (all its threads); false: the block writes nothing. get() gives
- * channel ch's mean, a, b, c. */
+ * channel ch's mean, a, b, c; prefetch() issues its loads early. */
 struct GivenCoef { /* arrays the finish kernel wrote (bn_finish.cu) */
   const double *mean, *a, *b, *c;
+  template <int = 0> __device__ void prefetch(int64_t ch) const { /* a template: unused unless kPrefetch */
+    prefetch_l1(mean + ch), prefetch_l1(a + ch), prefetch_l1(b + ch);
+    if (c) prefetch_l1(c + ch);
+  }
   __device__ bool begin() { return true; }
   template <bool BWD> __device__ void get(int64_t ch, double &m, double &ka, double &kb, double &kc) const {
     m = mean[ch], ka = a[ch], kb = b[ch], kc = BWD ? c[ch] : 0.0;
@@ -88,6 +112,11 @@ struct FwdFinishCoef {
   sbn_cuda_finish f;
   int batch_stats, update;
   double n;
+  template <int = 0> __device__ void prefetch(int64_t ch) const { /* a template: unused unless kPrefetch */
+    if (batch_stats) prefetch_l1(f.payload + ch), prefetch_l1(f.payload + f.c + ch);
+    else prefetch_l1(f.rm + ch), prefetch_l1(f.rv + ch);
+    if (f.affine) prefetch_l1(f.w + ch), prefetch_l1(f.b + ch);
+  }
   __device__ bool begin() {
     n = batch_stats ? f.payload[2 * f.c] : 0.0;
     if (fwd_count_bad(f, batch_stats, n)) return false; /* the deferred error: y is not written */
@@ -106,6 +135,11 @@ struct BwdFinishCoef {
   sbn_cuda_finish f;
   int synced, batch_stats;
   double count;
+  template <int = 0> __device__ void prefetch(int64_t ch) const { /* a template: unused unless kPrefetch */
+    const double *sums = synced ? f.payload : f.local;
+    prefetch_l1(sums + ch), prefetch_l1(sums + f.c + ch), prefetch_l1(f.mean + ch), prefetch_l1(f.invstd + ch);
+    if (f.affine) prefetch_l1(f.w + ch);
+  }
   __device__ bool begin() {
     if (*f.fwd_bad) return false;
     count = *f.saved_count;
@@ -152,6 +186,10 @@ __global__ void __launch_bounds__(NT, ElemtBlocks<D>::value) elemt_cf(typename D
   typedef typename Arith<D>::K K;
   __shared__ K tab[MAX_RPT_ELEMT];
   pdl_wait();
+  if constexpr (kPrefetch) {
+    const cf_tile t0 = cf_tile_of(p, blockIdx.x);
+    if (threadIdx.x < t0.nr) src.template prefetch<>((t0.row0 % C + threadIdx.x) % C);
+  }
   if (!src.begin()) return;
   const cf_tile t = cf_tile_of(p, blockIdx.x);
   const int64_t S = p.s, ch0 = t.row0 % C;
@@ -197,6 +235,10 @@ __global__ void __launch_bounds__(NT, ElemtBlocks<D>::value) elemt_flat(typename
   typedef typename Arith<D>::K K;
   __shared__ K tab[MAX_RPT_ELEMT];
   pdl_wait();
+  if constexpr (kPrefetch) {
+    const flat_tile t0 = flat_tile_of(p, blockIdx.x);
+    if (threadIdx.x < t0.nrows) src.template prefetch<>((t0.row0 % C + threadIdx.x) % C);
+  }
   if (!src.begin()) return;
   const flat_tile t = flat_tile_of(p, blockIdx.x);
   const int64_t ch0 = t.row0 % C;
@@ -248,6 +290,10 @@ __global__ void __launch_bounds__(NT) elemt_cl(typename D::S *out, const typenam
   constexpr int GPT = Gpt<D>::value;
   __shared__ K tab[8][MAX_TX];
   pdl_wait();
+  if constexpr (kPrefetch) {
+    const int64_t c0 = cl_c0(p, cl_tile_of(p, blockIdx.x), 0) + threadIdx.x;
+    if ((int64_t)threadIdx.x < p.cbw && c0 < p.c) src.template prefetch<>(c0);
+  }
   if (!src.begin()) return;
   const int64_t C = p.c;
   const cl_tile t = cl_tile_of(p, blockIdx.x);
@@ -356,7 +402,7 @@ constexpr int64_t kFuseBackwardMaxBlocks = 1024;
 bool fuse_backward(sbn_geom g, const void *dx, const void *dy, const void *x) {
   const elemt_plan pl = plan_elemt(g, dx, x, dy);
   const bool occupancy_kept = g.dtype == SBN_DTYPE_FLOAT32 || pl.kind == elemt_plan::ROWS || kElemt16Blocks > 0;
-  return pl.ntiles <= kFuseBackwardMaxBlocks && occupancy_kept;
+  return (pl.ntiles <= kFuseBackwardMaxBlocks || kPrefetch) && occupancy_kept;
 }
 
 /* SBN_CUDA_SEPARATE_FINISH (measuring knob): the finish kernels run before
