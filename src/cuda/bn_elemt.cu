@@ -364,13 +364,10 @@ elemt_plan plan_elemt(sbn_geom g, const void *out, const void *x, const void *dy
 /* Whether an elementwise pass over g launches a kernel (that can do the finish). */
 bool has_values(sbn_geom g) { return geom_ok(g) && g.n != 0 && g.c != 0 && g.s != 0; }
 
+/* The pass over g (with values) as planned in pl (dyv: dy, or x forward). */
 template <bool BWD, class Src>
-int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_geom g, Src src) {
-  if (!geom_ok(g)) return (int)cudaErrorInvalidValue;
-  if (!has_values(g)) return 0;
-  if (!out || !x || (BWD && !dy)) return (int)cudaErrorInvalidValue;
-  const void *dyv = BWD ? dy : x;
-  const elemt_plan pl = plan_elemt(g, out, x, dyv);
+int elemt_launch(cudaStream_t st, void *out, const void *x, const void *dyv, sbn_geom g, const elemt_plan &pl,
+                 Src src) {
   if (pl.ntiles > INT32_MAX) return (int)cudaErrorInvalidValue;
   return dispatch(g.dtype, pl.v, [&](auto d, auto vc) {
     typedef decltype(d) D;
@@ -387,6 +384,20 @@ int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_ge
   });
 }
 
+/* Whether the pass's tensors are missing or g is no shape: checked before
+ * anything is launched, so that a failed call changes nothing. */
+bool bad_args(sbn_geom g, const void *out, const void *x, const void *dy) {
+  return !geom_ok(g) || (has_values(g) && (!out || !x || !dy));
+}
+
+template <bool BWD, class Src>
+int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_geom g, Src src) {
+  const void *dyv = BWD ? dy : x;
+  if (bad_args(g, out, x, dyv)) return (int)cudaErrorInvalidValue;
+  if (!has_values(g)) return 0;
+  return elemt_launch<BWD>(st, out, x, dyv, g, plan_elemt(g, out, x, dyv), src);
+}
+
 /* Whether the backward's finish goes into its elementwise kernel. There it
  * costs every block a longer start (two dependent loads, then the
  * coefficients' divisions) against one kernel boundary saved. Measured on
@@ -399,8 +410,7 @@ int elemt_pass(cudaStream_t st, void *out, const void *x, const void *dy, sbn_ge
  * kernel. The forward's finish always goes into normalize (1-12% faster
  * but on one shape, +1%). */
 constexpr int64_t kFuseBackwardMaxBlocks = 1024;
-bool fuse_backward(sbn_geom g, const void *dx, const void *dy, const void *x) {
-  const elemt_plan pl = plan_elemt(g, dx, x, dy);
+bool fuse_backward(sbn_geom g, const elemt_plan &pl) {
   const bool occupancy_kept = g.dtype == SBN_DTYPE_FLOAT32 || pl.kind == elemt_plan::ROWS || kElemt16Blocks > 0;
   return (pl.ntiles <= kFuseBackwardMaxBlocks || kPrefetch) && occupancy_kept;
 }
@@ -431,7 +441,7 @@ extern "C" int sbn_cuda_backward_elemt(sbn_cuda_stream stream, void *dx, const v
 
 extern "C" int sbn_cuda_finish_normalize(sbn_cuda_stream stream, void *y, const void *x, sbn_geom g,
                                          const sbn_cuda_finish *f, int batch_stats, int update) {
-  if (!f) return (int)cudaErrorInvalidValue;
+  if (!f || bad_args(g, y, x, x)) return (int)cudaErrorInvalidValue;
   if (kSeparateFinish || !has_values(g)) {
     const int e = sbn_cuda_forward_finish(stream, f, batch_stats, update);
     return e ? e : sbn_cuda_normalize(stream, y, x, g, f->mean, f->ka, f->kb);
@@ -442,10 +452,12 @@ extern "C" int sbn_cuda_finish_normalize(sbn_cuda_stream stream, void *y, const 
 extern "C" int sbn_cuda_finish_backward_elemt(sbn_cuda_stream stream, void *dx, const void *dy, const void *x,
                                               sbn_geom g, const sbn_cuda_finish *f, int synced,
                                               int batch_stats) {
-  if (!f) return (int)cudaErrorInvalidValue;
-  if (kSeparateFinish || !has_values(g) || !dx || !dy || !x || !fuse_backward(g, dx, dy, x)) {
+  if (!f || bad_args(g, dx, x, dy)) return (int)cudaErrorInvalidValue;
+  const bool values = has_values(g);
+  const elemt_plan pl = values ? plan_elemt(g, dx, x, dy) : elemt_plan{};
+  if (kSeparateFinish || !values || !fuse_backward(g, pl)) {
     const int e = sbn_cuda_backward_finish(stream, f, synced, 1, batch_stats);
     return e ? e : sbn_cuda_backward_elemt(stream, dx, dy, x, g, f->mean, f->ka, f->kb, f->kc);
   }
-  return elemt_pass<true>((cudaStream_t)stream, dx, x, dy, g, BwdFinishCoef{*f, synced, batch_stats, 0.0});
+  return elemt_launch<true>((cudaStream_t)stream, dx, x, dy, g, pl, BwdFinishCoef{*f, synced, batch_stats, 0.0});
 }

@@ -229,14 +229,23 @@ static sbn_status cuda_stats(sbn_dev_layer *L, const void *x, sbn_geom g) {
             sbn_cuda_stats(&k->ws, L->stream, L->payload, L->payload + C, L->payload + 2 * C, x, g));
 }
 
-/* The forward's finish runs in the normalize kernel (the core calls
- * normalize right after a successful forward_finish): nothing to launch. */
-static sbn_status cuda_forward_finish(sbn_dev_layer *L, const sbn_dev_forward *f) {
+/* k->pending: the per-channel state with the layer's current tensors (the
+ * core may swap them between layers between calls). */
+static sbn_cuda_finish *take_pending(sbn_dev_layer *L) {
   cuda_layer *k = L->impl;
   sbn_cuda_finish *fin = &k->pending;
   *fin = k->fin;
   fin->w = L->tensor[SBN_BN_TENSOR_WEIGHT], fin->b = L->tensor[SBN_BN_TENSOR_BIAS];
+  fin->gw = L->tensor[SBN_BN_TENSOR_GRAD_WEIGHT], fin->gb = L->tensor[SBN_BN_TENSOR_GRAD_BIAS];
   fin->rm = L->tensor[SBN_BN_TENSOR_RUNNING_MEAN], fin->rv = L->tensor[SBN_BN_TENSOR_RUNNING_VAR];
+  return fin;
+}
+
+/* The forward's finish runs in the normalize kernel (the core calls
+ * normalize right after a successful forward_finish): nothing to launch. */
+static sbn_status cuda_forward_finish(sbn_dev_layer *L, const sbn_dev_forward *f) {
+  cuda_layer *k = L->impl;
+  take_pending(L);
   k->pend_batch_stats = f->batch_stats, k->pend_update = f->update;
   return SBN_STATUS_OK;
 }
@@ -264,10 +273,7 @@ static sbn_status cuda_backward_reduce(sbn_dev_layer *L, const void *dy, const v
  * calls backward_elemt right after); without, in a kernel of its own. */
 static sbn_status cuda_backward_finish(sbn_dev_layer *L, int synced, int want_dx, int batch_stats) {
   cuda_layer *k = L->impl;
-  sbn_cuda_finish *fin = &k->pending;
-  *fin = k->fin;
-  fin->w = L->tensor[SBN_BN_TENSOR_WEIGHT];
-  fin->gw = L->tensor[SBN_BN_TENSOR_GRAD_WEIGHT], fin->gb = L->tensor[SBN_BN_TENSOR_GRAD_BIAS];
+  const sbn_cuda_finish *fin = take_pending(L);
   k->pend_synced = synced, k->pend_batch_stats = batch_stats;
   if (want_dx) return SBN_STATUS_OK;
   ON_DEVICE(L, "sbn_bn_backward", "gradient sums", sbn_cuda_backward_finish(L->stream, fin, synced, 0, batch_stats));
