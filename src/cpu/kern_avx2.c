@@ -1,8 +1,9 @@
 /* The kernels for CPUs with AVX2, FMA and F16C: the same source as
  * kern_generic.c compiled for that target (GCC target pragma), chosen at run
- * time by bn_kernels.c, so the library still runs on older CPUs. FMA is
- * enabled for the target but not used for arithmetic (-ffp-contract=off in
- * mk/cpu.mk): the results equal the generic path's bit for bit. */
+ * time by bn_kernels.c, so the library still runs on older CPUs. No
+ * product is fused into an addition (-ffp-contract=off in mk/cpu.mk); the
+ * multiply-add unit only adds, as fma(x, 1, y) (vec.h), which rounds as the
+ * addition: the results equal the generic path's bit for bit. */
 #if defined(__x86_64__) || defined(__i386__)
 #if !defined(__clang__) /* clang has no target pragma: mk/cpu.mk passes -mavx2 -mfma -mf16c */
 #pragma GCC target("avx2,fma,f16c")

@@ -4,8 +4,9 @@
  * vectors to SSE2 or scalars), by kern_avx2.c (compiled for AVX2: ymm
  * registers, F16C conversions) and by kern_avx512.c (the same, plus the
  * reductions' 8-double loads at the end of this file). Every lane does the
- * same IEEE operations in each, without fused multiply-add
- * (-ffp-contract=off), so every instruction set gives the same bits. */
+ * same IEEE operations in each, no product fused into an addition
+ * (-ffp-contract=off; vd4_addm below adds on the multiply-add unit, with the
+ * addition's rounding), so every instruction set gives the same bits. */
 #ifndef SBN_CPU_VEC_H
 #define SBN_CPU_VEC_H
 
@@ -306,6 +307,23 @@ static inline double sum16(double *l) {
   return l[0];
 }
 
+/* s + d and x - k on the multiply-add units where the build has them:
+ * fma(d, 1, s) and fma(x, 1, -k) round once, exactly as the addition and
+ * the subtraction do, so every finite result has the generic build's bits
+ * (a NaN stays a NaN; of two NaNs of different payloads, either may be the
+ * one that survives). Why: AMD's Zen cores issue floating-point additions
+ * to two of their four pipes, multiplies and multiply-adds to the other
+ * two, and the reductions of 16-bit storage (a conversion, a subtraction, a
+ * multiply and two additions per value) queued on the adding pipes.
+ * SBN_CPU_PLAIN_ADD builds them as plain additions, to measure against. */
+#if defined(SBN_VEC_F16C) && !defined(SBN_CPU_PLAIN_ADD)
+static inline vd4 vd4_addm(vd4 s, vd4 d) { return (vd4)_mm256_fmadd_pd((__m256d)d, _mm256_set1_pd(1.0), (__m256d)s); }
+static inline vd4 vd4_subm(vd4 x, vd4 k) { return (vd4)_mm256_fmsub_pd((__m256d)x, _mm256_set1_pd(1.0), (__m256d)k); }
+#else
+static inline vd4 vd4_addm(vd4 s, vd4 d) { return s + d; }
+static inline vd4 vd4_subm(vd4 x, vd4 k) { return x - k; }
+#endif
+
 /* ---- 8 x float64 (AVX-512 build only): the reductions' wide loads ----
  * Half h (0, 1) of 16 values as one vector of 8 doubles, lanes laid out as
  * the 4-double path's four accumulators pair up: float32 and float16 give
@@ -322,6 +340,13 @@ static inline vd4 vd8_hi(vd8 v) { return (vd4)_mm512_extractf64x4_pd((__m512d)v,
 static inline vd8 vd8_addlo(vd8 v, vd4 a) {
   return (vd8)_mm512_mask_add_pd((__m512d)v, 0x0f, (__m512d)v, _mm512_zextpd256_pd512((__m256d)a));
 }
+#ifndef SBN_CPU_PLAIN_ADD
+static inline vd8 vd8_addm(vd8 s, vd8 d) { return (vd8)_mm512_fmadd_pd((__m512d)d, _mm512_set1_pd(1.0), (__m512d)s); }
+static inline vd8 vd8_subm(vd8 x, vd8 k) { return (vd8)_mm512_fmsub_pd((__m512d)x, _mm512_set1_pd(1.0), (__m512d)k); }
+#else
+static inline vd8 vd8_addm(vd8 s, vd8 d) { return s + d; }
+static inline vd8 vd8_subm(vd8 x, vd8 k) { return x - k; }
+#endif
 static inline vd8 ldw_f32(const float *p, int h) { return (vd8)_mm512_cvtps_pd(_mm256_loadu_ps(p + 8 * h)); }
 static inline vd8 ldw_f16(const uint16_t *p, int h) {
   return (vd8)_mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8 * h))));
