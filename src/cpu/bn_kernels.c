@@ -51,6 +51,22 @@ static int64_t rl_reduce_cb(int64_t c) {
   return (cb + 15) / 16 * 16;
 }
 
+static int use_stream(sbn_geom g);
+
+/* Channels per unit of the rows layout's elementwise passes: whole rows,
+ * but rows of 2 x EW_CB channels or more whose outputs are streamed go in
+ * blocks of EW_CB, whose coefficients stay in L1 while the block's rows
+ * pass (streamed rows take one row a step: ew_rows). Measured (AMD EPYC,
+ * 2 threads, out of cache, builds alternating, BENCHMARKS.md): normalize
+ * 1.07-1.20x faster at 16x2048x7x7, 32x2048x7x7 and 1024x2048 (float32
+ * 32x2048x7x7 0.666 -> 0.573 ms), backward elementwise 0.98-1.11x;
+ * unstreamed rows (8x2048x7x7, four rows a step) were 7-20% slower in
+ * blocks of 1024 or 512, and keep whole rows. */
+#ifndef EW_CB
+#define EW_CB 1024
+#endif
+static int64_t ew_cb(sbn_geom g) { return g.c >= 2 * EW_CB && use_stream(g) ? EW_CB : g.c; }
+
 /* Units of a pass over a shape; fills k's partition fields. Returns the
  * unit count, the values per unit in *per_unit and the doubles of partial
  * sums in *part (when not NULL). */
@@ -73,11 +89,11 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
   k->cb = g.c <= MAX_CB ? g.c : MAX_CB;
   k->ncb = (g.c + k->cb - 1) / k->cb;
   if (kind == PASS_ELEMWISE) { /* whole rows, in steps of SBN_EW_ROWS (kern_rows.inc: why) */
-    const int64_t rb = UNIT / g.c / SBN_EW_ROWS * SBN_EW_ROWS;
-    k->cb = g.c, k->ncb = 1;
+    const int64_t cb = ew_cb(g), rb = UNIT / cb / SBN_EW_ROWS * SBN_EW_ROWS;
+    k->cb = cb, k->ncb = (g.c + cb - 1) / cb;
     k->rb = rb > SBN_EW_ROWS ? rb : SBN_EW_ROWS;
     if (per_unit) *per_unit = k->rb * k->cb;
-    return (k->rows + k->rb - 1) / k->rb;
+    return (k->rows + k->rb - 1) / k->rb * k->ncb;
   }
   int64_t rb = UNIT / k->cb;
   rb = rb < MIN_RB ? MIN_RB : rb / 8 * 8;

@@ -15,7 +15,8 @@
  * blocks, ~16K values); they write the block's sums to part + 2C * row
  * block (sums at c, second sums at C + c); the driver merges them per
  * channel in row-block order (kern_rows.inc: how a unit adds).
- * Elementwise: whole rows (cb = C), rb a multiple of SBN_EW_ROWS (the rows
+ * Elementwise: whole rows (cb = C; wide streamed rows in blocks, bn_kernels.c
+ * ew_cb), rb a multiple of SBN_EW_ROWS (the rows
  * a step of the kernels takes; kern_rows.inc).
  * Units depend only on the shape, never on the thread count. */
 #ifndef SBN_CPU_KERN_H

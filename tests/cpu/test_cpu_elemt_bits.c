@@ -12,7 +12,9 @@
  * the scalar tails, streamed stores, short channels-first rows as one flat
  * stream, wide channels-last rows four at a time (C >= 1024: 2100 x 20
  * rows, and 1035 x 21 rows, whose last row goes alone and whose channels
- * end in an 8-value step and a scalar tail); in every instruction set this CPU runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
+ * end in an 8-value step and a scalar tail), wide streamed channels-last
+ * rows in channel blocks (2100 x 1040 rows); in every instruction set this
+ * CPU runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
  * with payloads), infinities, zeros of both signs, subnormals, channels
  * whose scale is 1 + 2^-8, which puts products of bfloat16 values exactly
  * halfway between two bfloat16 values (ties), and channels whose bias or
@@ -256,6 +258,9 @@ int main(void) {
       bad |= one(dts[d], (sbn_layout)lay, 4, 256, 2304, 1, &r);
       bad |= one(dts[d], (sbn_layout)lay, 4, 1100, 545, 1, &r);
     }
+  /* Wide streamed channels-last rows go in channel blocks of 1024 (here
+   * 1024 + 1024 + 52, the last with a tail of 4 after 48 channels). */
+  for (int d = 0; d < 3; d++) bad |= one(dts[d], SBN_LAYOUT_CHANNELS_LAST, 4, 2100, 260, 1, &r);
   /* Channels-first rows under 1 KiB stream as one flat run per hand-out
    * (14x14-like rows of 250 values; rows of 13, odd, several per vector
    * boundary), vectors spanning two channels. */
