@@ -171,6 +171,25 @@ static void peer_stop(void) {
   peer.to = peer.from = NULL;
 }
 
+/* After a round of PyTorch calls its OpenMP workers spin for a while before
+ * they sleep (libgomp's active wait); on a machine with as many cores as
+ * threads a spinning worker would take a core from our next calls. Wait
+ * until the peer's CPU time stops growing (under 0.1 ms per 1 ms), at most
+ * 100 ms. (Usually it is idle within the first millisecond.) */
+static void peer_wait_idle(void) {
+  clockid_t cid;
+  if (!peer.to || clock_getcpuclockid(peer.pid, &cid) != 0) return;
+  struct timespec a, b, ms = {0, 1000000};
+  if (clock_gettime(cid, &a) != 0) return;
+  for (int i = 0; i < 100; i++) {
+    nanosleep(&ms, NULL);
+    if (clock_gettime(cid, &b) != 0) return;
+    const double used = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    if (used < 1e-4) return;
+    a = b;
+  }
+}
+
 /* "r F,F,...;B,B,..." -> appended samples */
 static void parse_times(const char *r, double *fw, int *nf, double *bw, int *nb) {
   const char *p = r + 2;
@@ -225,6 +244,7 @@ static int time_config(result *res, char *arena, size_t arena_bytes, int use_tor
     snprintf(cmd, sizeof cmd, "setup %lld %lld %lld %s %s %d %d", (long long)s->n, (long long)s->c,
              (long long)s->hw, layout_str(res->lay), dtype_str(res->dt), K, D);
     res->have_torch = peer_cmd(cmd, reply, sizeof reply) == 0 && !strncmp(reply, "ok", 2);
+    peer_wait_idle();
   }
   int nof = 0, nob = 0, ntf = 0, ntb = 0;
   long step = 0;
@@ -263,6 +283,7 @@ static int time_config(result *res, char *arena, size_t arena_bytes, int use_tor
       }
       const double per = (now() - t0) / m_torch;
       parse_times(reply, tf, &ntf, tbk, &ntb);
+      peer_wait_idle();
       int want = (int)(opt.time_s / per);
       m_torch = want < 1 ? 1 : want > 200 ? 200 : want;
     }
