@@ -91,8 +91,11 @@ int main(int argc, char **argv) {
   static double t[4][1024];
   sbn_cpu_ws ws = {NULL, 0, threads};
   const int64_t maxc = custom[1] > 2048 ? custom[1] : 2048;
-  double *mean = calloc(maxc, 8), *a = calloc(maxc, 8), *b = calloc(maxc, 8), *c = calloc(maxc, 8),
-         *s1 = calloc(maxc, 8), *s2 = calloc(maxc, 8), *sh = calloc(maxc, 8);
+  /* 64-byte aligned, as the layer allocates them (device_cpu.c) */
+  const size_t cbytes = ((size_t)maxc * 8 + 63) / 64 * 64;
+  double *mean = aligned_alloc(64, cbytes), *a = aligned_alloc(64, cbytes), *b = aligned_alloc(64, cbytes),
+         *c = aligned_alloc(64, cbytes), *s1 = aligned_alloc(64, cbytes), *s2 = aligned_alloc(64, cbytes),
+         *sh = aligned_alloc(64, cbytes);
   for (int64_t i = 0; i < maxc; i++) mean[i] = 0.01 * (double)i, a[i] = 1.5, b[i] = 0.25, c[i] = 0.125;
   for (int si = 0; si < ns; si++)
     for (int dt = 0; dt < 3; dt++)

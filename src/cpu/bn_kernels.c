@@ -112,8 +112,12 @@ int sbn_cpu_ws_reserve(sbn_cpu_ws *ws, sbn_geom g) {
   plan(&k, g, PASS_REDUCE, NULL, &need);
   if (need < 5 * (size_t)g.c) need = 5 * (size_t)g.c; /* 2 x 5C floats of coefficients */
   if (need <= ws->cap) return 0;
-  double *p = realloc(ws->part, need * sizeof(double));
+  if (need > (SIZE_MAX - 64) / sizeof(double)) return -1;
+  /* 64-byte aligned (the coefficient tables' vector loads never split a
+   * line); scratch, so nothing is carried over */
+  double *p = aligned_alloc(64, (need * sizeof(double) + 63) / 64 * 64);
   if (!p) return -1;
+  free(ws->part);
   ws->part = p;
   ws->cap = need;
   return 0;

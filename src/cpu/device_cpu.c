@@ -49,6 +49,17 @@ static void cpu_destroy(sbn_dev_layer *L) {
   L->impl = NULL;
 }
 
+/* n zeroed doubles, 64-byte aligned: the elementwise passes load the
+ * channels-last coefficients (ka, kb, kc, mean) as vectors of up to 64
+ * bytes, which then never split a cache line. */
+static double *alloc_doubles(size_t n) {
+  if (n > (SIZE_MAX - 64) / sizeof(double)) return NULL;
+  const size_t bytes = (n * sizeof(double) + 63) / 64 * 64;
+  double *p = bytes ? aligned_alloc(64, bytes) : NULL;
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
 static sbn_status cpu_create(sbn_dev_layer *L, const char *call) {
   const size_t C = (size_t)L->opt.num_features;
   cpu_layer *k = calloc(1, sizeof *k);
@@ -60,6 +71,8 @@ static sbn_status cpu_create(sbn_dev_layer *L, const char *call) {
     if (has) ok = ok && (L->tensor[i] = calloc(C, state_size(L))) != NULL;
   }
   SBN_ALLOC_(L->payload, 2 * C + 1);
+#undef SBN_ALLOC_
+#define SBN_ALLOC_(ptr, n) ok = ok && ((ptr) = alloc_doubles(n)) != NULL
   if (ok) {
     SBN_ALLOC_(k->mean, C), SBN_ALLOC_(k->invstd, C), SBN_ALLOC_(k->shift, C);
     SBN_ALLOC_(k->s1, C), SBN_ALLOC_(k->s2, C), SBN_ALLOC_(k->local_mean, C);
