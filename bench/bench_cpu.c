@@ -298,17 +298,24 @@ static int time_config(result *res, char *arena, size_t arena_bytes, int use_tor
   return 0;
 }
 
-/* ---- fixed cost of a call: tiny tensor, per-call microseconds ---- */
-static void fixed_cost_of(sbn_layout lay) {
-  const shape s = {2, 16, 16, "2x16x4x4"};
-  float *buf = calloc(4 * 512, sizeof(float));
-  for (int i = 0; i < 4 * 512; i++) buf[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
-  sbn_bn_options o = sbn_bn_options_default(16);
+/* ---- fixed cost of a call: tiny tensor, per-call microseconds ----
+ * Two tensors: 2x16x4x4 (what a call costs at all) and 2x2048 (the
+ * per-channel math between the passes, O(C), at the widest ResNet-50
+ * layer: 4096 values, so the passes themselves are a few microseconds). */
+static void fixed_cost_of(const shape *s, sbn_layout lay) {
+  const int64_t nv = s->n * s->c * s->hw;
+  float *buf = calloc(4 * (size_t)nv, sizeof(float));
+  if (!buf) return;
+  for (int64_t i = 0; i < 4 * nv; i++) buf[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  sbn_bn_options o = sbn_bn_options_default(s->c);
   sbn_bn *bn;
-  if (!buf || sbn_bn_create(&bn, &o, NULL) != SBN_STATUS_OK) return;
-  sbn_tensor x = tensor_of(&s, buf, SBN_DTYPE_FLOAT32, lay), y = tensor_of(&s, buf + 512, SBN_DTYPE_FLOAT32, lay),
-             dy = tensor_of(&s, buf + 1024, SBN_DTYPE_FLOAT32, lay),
-             dx = tensor_of(&s, buf + 1536, SBN_DTYPE_FLOAT32, lay);
+  if (sbn_bn_create(&bn, &o, NULL) != SBN_STATUS_OK) {
+    free(buf);
+    return;
+  }
+  sbn_tensor x = tensor_of(s, buf, SBN_DTYPE_FLOAT32, lay), y = tensor_of(s, buf + nv, SBN_DTYPE_FLOAT32, lay),
+             dy = tensor_of(s, buf + 2 * nv, SBN_DTYPE_FLOAT32, lay),
+             dx = tensor_of(s, buf + 3 * nv, SBN_DTYPE_FLOAT32, lay);
   enum { CALLS = 20000 };
   static double f[CALLS], b[CALLS];
   for (int r = 0; r < CALLS; r++) { /* each call timed on its own: preemption shows only in the tail */
@@ -321,22 +328,32 @@ static void fixed_cost_of(sbn_layout lay) {
   }
   sbn_bn_destroy(bn);
   free(buf);
-  printf("  ours %s forward %6.2f us   backward %6.2f us\n", layout_str(lay), median(f, CALLS), median(b, CALLS));
+  printf("  ours %-9s %s forward %6.2f us   backward %6.2f us\n", s->label, layout_str(lay), median(f, CALLS),
+         median(b, CALLS));
+}
+
+static void fixed_cost_torch(const shape *s) {
+  char cmd[128], reply[1 << 16];
+  snprintf(cmd, sizeof cmd, "setup %lld %lld %lld cf float32 1 0", (long long)s->n, (long long)s->c,
+           (long long)s->hw);
+  if (peer_cmd(cmd, reply, sizeof reply) != 0) return;
+  int nf = 0, nb = 0;
+  for (int r = 0; r < 5; r++)
+    if (peer_cmd("run 200", reply, sizeof reply) == 0 && reply[0] == 'r') parse_times(reply, tf, &nf, tbk, &nb);
+  printf("  PyTorch %-6s cf forward %6.2f us   backward %6.2f us   (F.batch_norm + autograd, median of %d calls)\n",
+         s->label, 1e3 * median(tf, nf), 1e3 * median(tbk, nb), nf);
+  peer_cmd("free", reply, sizeof reply);
+  peer_wait_idle();
 }
 
 static void fixed_cost(int use_torch) {
-  printf("\nfixed cost of a call, tiny tensor 2x16x4x4 float32 (512 values), median of 20000 calls each timed:\n");
-  fixed_cost_of(SBN_LAYOUT_CHANNELS_FIRST);
-  fixed_cost_of(SBN_LAYOUT_CHANNELS_LAST);
-  char reply[1 << 16];
-  if (use_torch && peer_cmd("setup 2 16 16 cf float32 1 0", reply, sizeof reply) == 0) {
-    int nf = 0, nb = 0;
-    for (int r = 0; r < 5; r++)
-      if (peer_cmd("run 200", reply, sizeof reply) == 0 && reply[0] == 'r') parse_times(reply, tf, &nf, tbk, &nb);
-    printf("  PyTorch cf forward %6.2f us   backward %6.2f us   (F.batch_norm + autograd, median of %d calls)\n",
-           1e3 * median(tf, nf), 1e3 * median(tbk, nb), nf);
-    peer_cmd("free", reply, sizeof reply);
-  }
+  static const shape tiny = {2, 16, 16, "2x16x4x4"}, wide = {2, 2048, 1, "2x2048"};
+  printf("\nfixed cost of a call, float32, median of 20000 calls each timed: 2x16x4x4 (512 values) and\n"
+         "2x2048 (4096 values: the per-channel math between the passes at C = 2048):\n");
+  fixed_cost_of(&tiny, SBN_LAYOUT_CHANNELS_FIRST);
+  fixed_cost_of(&tiny, SBN_LAYOUT_CHANNELS_LAST);
+  fixed_cost_of(&wide, SBN_LAYOUT_CHANNELS_FIRST);
+  if (use_torch) fixed_cost_torch(&tiny), fixed_cost_torch(&wide);
 }
 
 /* ---- synchronization cost: 2 thread ranks, plain and synced interleaved ---- */

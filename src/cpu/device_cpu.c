@@ -28,8 +28,11 @@ typedef struct cpu_layer {
 /* The O(C) loops between the passes are divisions and square roots, whose
  * throughput grows with the vector width; built for each width, the CPU's
  * picked at load time (the results are the same: each is one IEEE
- * operation per value). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(SBN_NO_CLONES)
+ * operation per value). At C = 2048 the forward's take 8.6 us instead of
+ * 13 us baseline-only. GCC only: clang 14 exports the resolvers; and not
+ * under the sanitizers, whose runtime is not up when a resolver runs. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(SBN_NO_CLONES)
 #define PER_CHANNEL_MATH __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define PER_CHANNEL_MATH
