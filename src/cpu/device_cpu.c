@@ -19,18 +19,18 @@ typedef struct cpu_layer {
   sbn_cpu_ws ws;           /* kernel partial sums: grows with the shape, then reused */
 } cpu_layer;
 
-/* The state's dtype is fixed at creation; the per-channel math reads and
- * writes it through these (float32 state: each stored value rounded once,
- * as before float64 state existed). f64 is a constant where they are
- * used: the loops over channels are instantiated for each state dtype, so
- * the compiler vectorizes them (as scalar calls these O(C) loops cost 10 ns
- * a channel per forward: 21 us at C = 2048, 7% of the 8x2048x7x7 forward). */
-/* The O(C) loops between the passes are divisions and square roots, whose
- * throughput grows with the vector width; built for each width, the CPU's
- * picked at load time (the results are the same: each is one IEEE
- * operation per value). At C = 2048 the forward's take 8.6 us instead of
- * 13 us baseline-only. GCC only: clang 14 exports the resolvers; and not
- * under the sanitizers, whose runtime is not up when a resolver runs. */
+/* The per-channel math between the passes (O(C) a call). Written so the
+ * compiler vectorizes it: the state's dtype (float32 or float64, fixed at
+ * creation; ld_state/st_state with f64 a constant at each use) and every
+ * per-layer choice are hoisted out of the loops. As scalar loops with an
+ * accessor call per value they cost 10 ns a channel per forward (21 us at
+ * C = 2048, 7% of the 8x2048x7x7 forward). Their divisions and square roots
+ * gain with the vector width, so PER_CHANNEL_MATH builds them for AVX-512,
+ * AVX2 and the baseline and the CPU's is picked at load time (8.6 us at
+ * C = 2048 against 13 us baseline-only); the results are the same, each
+ * value being one IEEE operation. GCC only (clang 14 exports the resolvers),
+ * and not under the sanitizers, whose runtime is not up when a resolver
+ * runs. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
     !defined(__SANITIZE_THREAD__) && !defined(SBN_NO_CLONES)
 #define PER_CHANNEL_MATH __attribute__((target_clones("avx512f", "avx2", "default")))
