@@ -9,7 +9,7 @@ LIB_SRCS := $(filter-out src/cpu/bn_kernels.c,$(LIB_SRCS)) \
 
 # No fused multiply-add in the kernels, so every instruction set rounds
 # identically.
-# errno is never read: sqrt may then vectorize (device_cpu.c).
+# errno is never read: sqrt may then vectorize (device_cpu.c's per-channel math).
 $(BUILD)/src/cpu/%.o: SBN_CFLAGS += -ffp-contract=off -fno-math-errno -Wno-psabi
 # The AVX2 and AVX-512 kernels' targets (GCC also has them as pragmas in the
 # files; clang needs the flags). Only these files: the rest of the library

@@ -25,18 +25,28 @@ typedef struct cpu_layer {
  * per-layer choice are hoisted out of the loops. As scalar loops with an
  * accessor call per value they cost 10 ns a channel per forward (21 us at
  * C = 2048, 7% of the 8x2048x7x7 forward). Their divisions and square roots
- * gain with the vector width, so PER_CHANNEL_MATH builds them for AVX-512,
- * AVX2 and the baseline and the CPU's is picked at load time (8.6 us at
- * C = 2048 against 13 us baseline-only); the results are the same, each
- * value being one IEEE operation. GCC only (clang 14 exports the resolvers),
- * and not under the sanitizers, whose runtime is not up when a resolver
- * runs. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__) && !defined(SBN_NO_CLONES)
-#define PER_CHANNEL_MATH __attribute__((target_clones("avx512f", "avx2", "default")))
+ * gain with the vector width, so PER_WIDTH builds each for the baseline,
+ * AVX2 and AVX-512 (the same body inlined under each target) and picks by
+ * the kernels' instruction-set level (sbn_cpu_get_isa: SYNCBN_CPU_ISA, and
+ * the tests that switch it compare every level's results bit for bit).
+ * 8.6 us at C = 2048 with AVX-512 against 13 us baseline-only; the results
+ * are the same, each value being one IEEE operation. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define PER_WIDTH(name, params, args)                                              \
+  static void name##_generic params { name##_body args; }                         \
+  __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; } \
+  __attribute__((target("avx512f"))) static void name##_avx512 params { name##_body args; } \
+  static void name params {                                                        \
+    const int isa = sbn_cpu_get_isa();                                             \
+    if (isa >= SBN_CPU_ISA_AVX512) name##_avx512 args;                             \
+    else if (isa >= SBN_CPU_ISA_AVX2) name##_avx2 args;                            \
+    else name##_generic args;                                                      \
+  }
 #else
-#define PER_CHANNEL_MATH
+#define PER_WIDTH(name, params, args) \
+  static void name params { name##_body args; }
 #endif
+#define BODY static inline __attribute__((always_inline)) void
 
 static int f64_state(const sbn_dev_layer *L) { return L->opt.param_dtype == SBN_DTYPE_FLOAT64; }
 static size_t state_size(const sbn_dev_layer *L) { return f64_state(L) ? sizeof(double) : sizeof(float); }
@@ -124,10 +134,9 @@ static sbn_status cpu_prepare(sbn_dev_layer *L, sbn_geom g, int ranks, const cha
 /* Locally the shifted sums give mean and M2 without cancellation; the
  * payload is (n*mean, M2 + n*mean^2, n), what a plain sum over ranks can
  * reduce. */
-PER_CHANNEL_MATH static void stats_math(int64_t C, double n, const double *restrict shift,
-                                        const double *restrict s1, const double *restrict s2,
-                                        double *restrict lm, double *restrict lv, double *restrict sum,
-                                        double *restrict sumsq) {
+BODY stats_math_body(int64_t C, double n, const double *restrict shift, const double *restrict s1,
+                    const double *restrict s2, double *restrict lm, double *restrict lv, double *restrict sum,
+                    double *restrict sumsq) {
   for (int64_t c = 0; c < C; c++) {
     const double m = shift[c] + s1[c] / n;
     double m2 = s2[c] - s1[c] * s1[c] / n;
@@ -138,6 +147,10 @@ PER_CHANNEL_MATH static void stats_math(int64_t C, double n, const double *restr
     sumsq[c] = m2 + n * m * m;
   }
 }
+PER_WIDTH(stats_math,
+          (int64_t C, double n, const double *restrict shift, const double *restrict s1, const double *restrict s2,
+           double *restrict lm, double *restrict lv, double *restrict sum, double *restrict sumsq),
+          (C, n, shift, s1, s2, lm, lv, sum, sumsq))
 
 static sbn_status cpu_stats(sbn_dev_layer *L, const void *x, sbn_geom g) {
   cpu_layer *k = L->impl;
@@ -158,9 +171,9 @@ static sbn_status cpu_stats(sbn_dev_layer *L, const void *x, sbn_geom g) {
  * relative error of about 1e-16 * (mean/std)^2 (1e-8 for channels whose
  * mean is 1e4 times their standard deviation); a rank's own statistics use
  * the shifted sums directly (var holds them on entry). */
-PER_CHANNEL_MATH static void batch_math(int64_t C, double n, int synced, double eps, const double *restrict sum,
-                                        const double *restrict sumsq, const double *restrict lm,
-                                        double *restrict mean, double *restrict var, double *restrict invstd) {
+BODY batch_math_body(int64_t C, double n, int synced, double eps, const double *restrict sum,
+                    const double *restrict sumsq, const double *restrict lm, double *restrict mean,
+                    double *restrict var, double *restrict invstd) {
   if (synced)
     for (int64_t c = 0; c < C; c++) {
       const double m = sum[c] / n;
@@ -173,6 +186,10 @@ PER_CHANNEL_MATH static void batch_math(int64_t C, double n, int synced, double 
   else
     for (int64_t c = 0; c < C; c++) mean[c] = lm[c], invstd[c] = 1.0 / sqrt(var[c] + eps);
 }
+PER_WIDTH(batch_math,
+          (int64_t C, double n, int synced, double eps, const double *restrict sum, const double *restrict sumsq,
+           const double *restrict lm, double *restrict mean, double *restrict var, double *restrict invstd),
+          (C, n, synced, eps, sum, sumsq, lm, mean, var, invstd))
 
 /* Running statistics (from the state) or the running update, and the
  * normalize coefficients: the loops that touch the state, per state dtype. */
@@ -207,12 +224,14 @@ static inline __attribute__((always_inline)) void forward_state(sbn_dev_layer *L
     for (int64_t c = 0; c < C; c++) ka[c] = 1.0 * invstd[c], kb[c] = 0.0;
   }
 }
-PER_CHANNEL_MATH static void forward_state_f64(sbn_dev_layer *L, const sbn_dev_forward *f, double count) {
+BODY forward_state_f64_body(sbn_dev_layer *L, const sbn_dev_forward *f, double count) {
   forward_state(L, f, count, 1);
 }
-PER_CHANNEL_MATH static void forward_state_f32(sbn_dev_layer *L, const sbn_dev_forward *f, double count) {
+BODY forward_state_f32_body(sbn_dev_layer *L, const sbn_dev_forward *f, double count) {
   forward_state(L, f, count, 0);
 }
+PER_WIDTH(forward_state_f64, (sbn_dev_layer * L, const sbn_dev_forward *f, double count), (L, f, count))
+PER_WIDTH(forward_state_f32, (sbn_dev_layer * L, const sbn_dev_forward *f, double count), (L, f, count))
 
 /* The CPU always knows the count (f->count). */
 static sbn_status cpu_forward_finish(sbn_dev_layer *L, const sbn_dev_forward *f) {
@@ -283,12 +302,16 @@ static inline __attribute__((always_inline)) void backward_state(sbn_dev_layer *
     }
   }
 }
-PER_CHANNEL_MATH static void backward_state_f64(sbn_dev_layer *L, int synced, int want_dx, int batch_stats) {
+BODY backward_state_f64_body(sbn_dev_layer *L, int synced, int want_dx, int batch_stats) {
   backward_state(L, synced, want_dx, batch_stats, 1);
 }
-PER_CHANNEL_MATH static void backward_state_f32(sbn_dev_layer *L, int synced, int want_dx, int batch_stats) {
+BODY backward_state_f32_body(sbn_dev_layer *L, int synced, int want_dx, int batch_stats) {
   backward_state(L, synced, want_dx, batch_stats, 0);
 }
+PER_WIDTH(backward_state_f64, (sbn_dev_layer * L, int synced, int want_dx, int batch_stats),
+          (L, synced, want_dx, batch_stats))
+PER_WIDTH(backward_state_f32, (sbn_dev_layer * L, int synced, int want_dx, int batch_stats),
+          (L, synced, want_dx, batch_stats))
 
 static sbn_status cpu_backward_finish(sbn_dev_layer *L, int synced, int want_dx, int batch_stats) {
   if (f64_state(L)) backward_state_f64(L, synced, want_dx, batch_stats);
