@@ -57,6 +57,11 @@ static inline __attribute__((always_inline)) void st_state(void *t, int f64, int
   if (f64) ((double *)t)[c] = v;
   else ((float *)t)[c] = (float)v;
 }
+/* v rounded as a stored value would be (an increment accumulated in the
+ * state's precision, as PyTorch's += on the gradient). */
+static inline __attribute__((always_inline)) double as_stored(double v, int f64) {
+  return f64 ? v : (double)(float)v;
+}
 
 static void cpu_destroy(sbn_dev_layer *L) {
   cpu_layer *k = L->impl;
@@ -88,14 +93,12 @@ static sbn_status cpu_create(sbn_dev_layer *L, const char *call) {
   cpu_layer *k = calloc(1, sizeof *k);
   L->impl = k;
   int ok = k != NULL;
-#define SBN_ALLOC_(ptr, n) ok = ok && ((ptr) = calloc((n), sizeof *(ptr))) != NULL
+#define SBN_ALLOC_(ptr, n) ok = ok && ((ptr) = alloc_doubles(n)) != NULL
   for (int i = 0; i < SBN_DEV_TENSORS; i++) {
     int has = i <= SBN_BN_TENSOR_GRAD_BIAS ? L->opt.affine : L->opt.track_running_stats;
     if (has) ok = ok && (L->tensor[i] = calloc(C, state_size(L))) != NULL;
   }
   SBN_ALLOC_(L->payload, 2 * C + 1);
-#undef SBN_ALLOC_
-#define SBN_ALLOC_(ptr, n) ok = ok && ((ptr) = alloc_doubles(n)) != NULL
   if (ok) {
     SBN_ALLOC_(k->mean, C), SBN_ALLOC_(k->invstd, C), SBN_ALLOC_(k->shift, C);
     SBN_ALLOC_(k->s1, C), SBN_ALLOC_(k->s2, C), SBN_ALLOC_(k->local_mean, C);
@@ -293,12 +296,11 @@ static inline __attribute__((always_inline)) void backward_state(sbn_dev_layer *
       for (int64_t c = 0; c < C; c++) kb[c] = 0, kc[c] = 0;
     }
   }
-  if (affine) { /* the increments rounded as a stored value would be (PyTorch's += on the gradient) */
+  if (affine) {
     void *gw = L->tensor[SBN_BN_TENSOR_GRAD_WEIGHT], *gb = L->tensor[SBN_BN_TENSOR_GRAD_BIAS];
     for (int64_t c = 0; c < C; c++) {
-      const double dw = sum_dy_xmu[c] * invstd[c], db = sum_dy[c];
-      st_state(gw, f64, c, ld_state(gw, f64, c) + (f64 ? dw : (double)(float)dw));
-      st_state(gb, f64, c, ld_state(gb, f64, c) + (f64 ? db : (double)(float)db));
+      st_state(gw, f64, c, ld_state(gw, f64, c) + as_stored(sum_dy_xmu[c] * invstd[c], f64));
+      st_state(gb, f64, c, ld_state(gb, f64, c) + as_stored(sum_dy[c], f64));
     }
   }
 }
