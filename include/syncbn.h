@@ -300,7 +300,8 @@ SBN_API sbn_status sbn_bn_get_options(const sbn_bn *bn, sbn_bn_options *out);
  * and the saved statistics are as before the call; y is unspecified. */
 SBN_API sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x);
 
-/* Backward of the most recent forward of this layer. x: the same input as
+/* Backward of the most recent forward of this layer (or of the one a record
+ * restored: sbn_bn_restore_forward below). x: the same input as
  * that forward (same shape and values; the layer does not keep a copy);
  * dy: same shape/dtype/layout as x. dx: overwritten; may be NULL when the
  * input needs no gradient (the collective still happens); may alias dy or x
@@ -312,6 +313,35 @@ SBN_API sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x
  * accumulated. */
 SBN_API sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy,
                                    const sbn_tensor *x);
+
+/* Records of forwards, for a layer applied more than once before its
+ * backward: the same module on two inputs (two views of a batch, as in
+ * contrastive learning; a shared block), or a forward recomputed for
+ * gradient checkpointing. backward differentiates the layer's most recent
+ * forward; a record keeps what backward needs of a forward (the mean and
+ * 1/std it normalized with, its count, whether it was synchronized, x's
+ * shape), so an earlier one can be made current again:
+ *
+ *   sbn_bn_forward(bn, &y1, &x1);  sbn_bn_save_forward(bn, r1);
+ *   sbn_bn_forward(bn, &y2, &x2);
+ *   sbn_bn_backward(bn, &dx2, &dy2, &x2);
+ *   sbn_bn_restore_forward(bn, r1);  sbn_bn_backward(bn, &dx1, &dy1, &x1);
+ *
+ * A record is O(C) memory on the layer's device, made for one layer (any
+ * other layer refuses it) and reusable; a CUDA layer's copies are enqueued
+ * on its stream (no wait). Save and restore are local, with no collective:
+ * every rank of a group must restore the same forward, as every rank must
+ * run the same backward. Restore changes nothing else: parameters, running
+ * statistics, num_batches_tracked and gradients stay the layer's current
+ * ones (backward uses the current weight). A record may outlive its layer
+ * (destroy it any time; for CUDA, destroying waits for the GPU). */
+typedef struct sbn_bn_record sbn_bn_record;
+SBN_API sbn_status sbn_bn_record_create(sbn_bn_record **out, const sbn_bn *bn);
+SBN_API sbn_status sbn_bn_record_destroy(sbn_bn_record *record); /* NULL is a no-op */
+/* SBN_STATUS_BAD_STATE if the layer has no successful forward. */
+SBN_API sbn_status sbn_bn_save_forward(sbn_bn *bn, sbn_bn_record *record);
+/* SBN_STATUS_BAD_STATE if nothing was saved in the record. */
+SBN_API sbn_status sbn_bn_restore_forward(sbn_bn *bn, const sbn_bn_record *record);
 
 /* Set grad_weight and grad_bias to zero. */
 SBN_API sbn_status sbn_bn_zero_grad(sbn_bn *bn);

@@ -27,7 +27,7 @@ endif
 # and CUDA requests answer SBN_STATUS_NOT_BUILT.
 CUDA_SRCS += src/cuda/device_cuda.c $(wildcard src/cuda/*.cu)
 CUDA_KERNELS := $(filter-out src/cuda/bn_finish.cu,$(wildcard src/cuda/*.cu))
-CUDA_TESTS += test_cuda_kernels test_cuda_plan test_cuda_layer test_cuda_graph test_cuda_equivalence test_cuda_misuse
+CUDA_TESTS += test_cuda_kernels test_cuda_plan test_cuda_layer test_cuda_graph test_cuda_equivalence test_cuda_misuse test_cuda_records
 
 # Always: a program linked without libsyncbn_cuda gets SBN_STATUS_NOT_BUILT
 # for every CUDA request, and CPU layers refuse streams.
@@ -86,8 +86,8 @@ lib: $(BUILD)/libsyncbn_cuda.a $(BUILD)/libsyncbn_cuda.so $(BUILD)/libsyncbn_cud
 
 # Programs that use the GPU link the CUDA archive before libsyncbn's; -u
 # pulls in the device table that libsyncbn references weakly.
-SBN_CUDA_LINK = -Wl,-u,sbn_internal_cuda_device_v2 $(BUILD)/libsyncbn_cuda.a $(SBN_STATIC_LINK) $(CUDA_LDLIBS)
-CUDA_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o
+SBN_CUDA_LINK = -Wl,-u,sbn_internal_cuda_device_v3 $(BUILD)/libsyncbn_cuda.a $(SBN_STATIC_LINK) $(CUDA_LDLIBS)
+CUDA_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o $(BUILD)/tests/records_case.o
 $(BUILD)/tests/cuda/%: $(BUILD)/tests/cuda/%.cu.o $(CUDA_TEST_SUPPORT) $(BUILD)/libsyncbn_cuda.a $(SBN_STATIC)
 	$(SBN_LD) -o $@ $< $(CUDA_TEST_SUPPORT) $(SBN_CUDA_LINK)
 # The host-side checks that run without a GPU: the table is found and
@@ -107,7 +107,7 @@ all: $(CUDA_TEST_BINS)
 EXTRA_TEST_CMDS += $(CUDA_TESTS:%=cmd:$(BUILD)/tests/cuda/%) cmd:$(BUILD)/tests/cuda/test_cuda_host \
                    'cmd:$(BUILD)/tests/cuda/test_cuda_shared cpu' 'cmd:$(BUILD)/tests/cuda/test_cuda_shared cuda'
 ifneq ($(SBN_SANITIZE),1)
-EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_cuda_device_v2 $(BUILD)/libsyncbn_cuda.so'
+EXTRA_TEST_CMDS += 'cmd:scripts/check_exports.sh --allow sbn_internal_cuda_device_v3 $(BUILD)/libsyncbn_cuda.so'
 endif
 endif
 endif

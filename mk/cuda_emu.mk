@@ -28,8 +28,8 @@ EMU_CXX = $(CXX) -std=c++17 -g -ffp-contract=off -Wall -Wno-unused-function -Wno
 EMU_HDRS := tests/cuda_emu/cuda_emu.h $(wildcard tests/cuda_emu/include/*.h) $(wildcard src/cuda/*.h src/cuda/*.cuh) \
             $(wildcard tests/cuda/*.h)
 EMU_KERNELS := bn_reduce bn_elemt bn_finish
-EMU_TESTS := test_cuda_kernels test_cuda_layer test_cuda_graph test_cuda_equivalence test_cuda_misuse
-EMU_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o
+EMU_TESTS := test_cuda_kernels test_cuda_layer test_cuda_graph test_cuda_equivalence test_cuda_misuse test_cuda_records
+EMU_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/bn_case.o $(BUILD)/tests/records_case.o
 EMU_ASAN := -fsanitize=address -fno-omit-frame-pointer
 
 # CUDA sources with their launches rewritten (the tests' too), then C++.
@@ -73,7 +73,7 @@ $(1)/test_nccl: tests/cuda/test_nccl.c $(1)/libsyncbn_nccl_emu.a $(1)/libsyncbn_
 	$$(EMU_CXX) $(2) -o $$@ $$@.o $(1)/libsyncbn_nccl_emu.a $(1)/libsyncbn_cuda_emu.a $$(SBN_STATIC_LINK)
 $(1)/%: $(EMU_DIR)/gen/tests/cuda/%.cpp $(1)/libsyncbn_cuda_emu.a $(EMU_SUPPORT) $(SBN_STATIC) $(EMU_HDRS)
 	$$(EMU_CXX) $(2) -Itests -Itests/cuda $$< -o $$@ $(EMU_SUPPORT) \
-	    -Wl,-u,sbn_internal_cuda_device_v2 $(1)/libsyncbn_cuda_emu.a $$(SBN_STATIC_LINK)
+	    -Wl,-u,sbn_internal_cuda_device_v3 $(1)/libsyncbn_cuda_emu.a $$(SBN_STATIC_LINK)
 endef
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/plain,-O2))
 $(eval $(call EMU_VARIANT,$(EMU_DIR)/asan,-O1 $(EMU_ASAN)))
@@ -88,11 +88,11 @@ $(eval $(call EMU_VARIANT,$(EMU_DIR)/knobs,-O2 $(EMU_KNOBS)))
 $(EMU_DIR)/plain/syncbn-bench-gpu: bench/gpu/bench_gpu.c $(EMU_DIR)/plain/libsyncbn_nccl_emu.a \
                                    $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(SBN_STATIC) $(EMU_HDRS)
 	$(SBN_CC) -Itests/cuda_emu/include -c $< -o $@.o
-	$(EMU_CXX) -o $@ $@.o $(EMU_DIR)/plain/libsyncbn_nccl_emu.a -Wl,-u,sbn_internal_cuda_device_v2 \
+	$(EMU_CXX) -o $@ $@.o $(EMU_DIR)/plain/libsyncbn_nccl_emu.a -Wl,-u,sbn_internal_cuda_device_v3 \
 	    $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(SBN_STATIC_LINK)
 
 # Under AddressSanitizer (and LeakSanitizer) too, but the long layer test.
-EMU_ASAN_TESTS := test_cuda_kernels test_cuda_graph test_cuda_equivalence test_cuda_misuse test_nccl
+EMU_ASAN_TESTS := test_cuda_kernels test_cuda_graph test_cuda_equivalence test_cuda_misuse test_cuda_records test_nccl
 EMU_KNOB_TESTS := test_cuda_kernels test_cuda_layer test_cuda_graph test_cuda_equivalence
 EMU_BINS := $(EMU_TESTS:%=$(EMU_DIR)/plain/%) $(EMU_DIR)/plain/test_nccl $(EMU_ASAN_TESTS:%=$(EMU_DIR)/asan/%) \
             $(EMU_DIR)/plain/syncbn-bench-gpu $(EMU_KNOB_TESTS:%=$(EMU_DIR)/knobs/%)

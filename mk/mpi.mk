@@ -66,7 +66,7 @@ ifneq ($(strip $(EMU_DIR)),)
 $(EMU_DIR)/plain/test_cuda_mpi: $(CUDA_MPI_DEPS) $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(EMU_HDRS)
 	@mkdir -p $(dir $@)
 	$(SBN_CC) -O2 $(MPI_CFLAGS) -Itests/cuda_emu/include -Itests -Itests/mpi -c $< -o $@.o
-	$(EMU_CXX) -O2 -o $@ $@.o $(MPI_TEST_SUPPORT) -Wl,-u,sbn_internal_cuda_device_v2 \
+	$(EMU_CXX) -O2 -o $@ $@.o $(MPI_TEST_SUPPORT) -Wl,-u,sbn_internal_cuda_device_v3 \
 	    $(EMU_DIR)/plain/libsyncbn_cuda_emu.a $(SBN_STATIC_LINK)
 all: $(EMU_DIR)/plain/test_cuda_mpi
 EXTRA_TEST_CMDS += 'cmd:tests/mpi/run_mpi.sh $(BUILD) cuda $(EMU_DIR)/plain/test_cuda_mpi'

@@ -38,14 +38,14 @@ TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan SBN_SANITIZE=1 CFLAGS
 # ASan/UBSan, and the tests
 # whose ranks and threads share memory under TSan. The full runs are the
 # targets above.
-SAN_QUICK_ASAN := test_misuse test_empty test_bad_input test_float64 nn/test_nn_limits nn/test_nn_checkpoint \
+SAN_QUICK_ASAN := test_misuse test_empty test_bad_input test_float64 test_records nn/test_nn_limits nn/test_nn_checkpoint \
                   nn/test_nn_convert_optim
 SAN_QUICK_ASAN_CMDS := cmd:build-asan/tests/dp/test_dp_wrap_faults
 # torch_peer too: run_tests.sh runs it whenever the build folder has one (a stale
 # one from an earlier full sanitizer build would run against today's script).
 SAN_QUICK_ASAN_BUILD := $(SAN_QUICK_ASAN:%=build-asan/tests/%) build-asan/tests/dp/test_dp_wrap_faults \
                         build-asan/tests/torch_peer
-SAN_QUICK_TSAN := test_groups test_misuse test_empty test_first_call
+SAN_QUICK_TSAN := test_groups test_misuse test_empty test_first_call test_records
 SAN_QUICK_TSAN_CMDS := cmd:build-tsan/tests/dp/test_dp_wrap cmd:build-tsan/tests/dp/test_dp_wrap_faults
 SAN_QUICK_TSAN_BUILD := $(SAN_QUICK_TSAN:%=build-tsan/tests/%) $(SAN_QUICK_TSAN_CMDS:cmd:%=%) \
                         build-tsan/tests/torch_peer

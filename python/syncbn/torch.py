@@ -30,6 +30,7 @@ GPU.
 """
 import ctypes
 import os
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -160,7 +161,8 @@ class _Layer:
         self.handle, self.group, self.device = handle, group, device
         self.cuda = device[0] == _lib.DEVICE_CUDA
         self.nbt_seen = None  # CUDA: (tensor, version) of the num_batches_tracked last pushed
-        self.last_call = None
+        self.current = None  # weak reference to the _Forward whose statistics the layer holds
+        self.free_records = []  # _Records no forward holds any more, for reuse
         self.views = {}
         wanted = ([_lib.BN_TENSOR_WEIGHT, _lib.BN_TENSOR_BIAS, _lib.BN_TENSOR_GRAD_WEIGHT,
                    _lib.BN_TENSOR_GRAD_BIAS] if affine else []) + \
@@ -181,6 +183,18 @@ class _Layer:
         if self.cuda:
             stream = torch.cuda.current_stream(self.device[1]).cuda_stream
             self.check(_lib.lib.sbn_bn_set_stream(self.handle, ctypes.c_void_p(stream)))
+
+    def keep_current(self):
+        """Before the layer's statistics are replaced (by a forward or a
+        restore): if the forward they belong to may still be differentiated,
+        they move into a record of it (O(C), on the layer's device)."""
+        fwd = self.current() if self.current is not None else None
+        self.current = None
+        if fwd is not None and fwd.record is None and fwd.differentiable():
+            record = self.free_records.pop() if self.free_records else _Record(self)
+            self.set_stream()
+            _lib.check(_lib.lib.sbn_bn_save_forward(self.handle, record.handle))
+            fwd.record = record
 
     def check(self, status):
         if self.group is not None:
@@ -206,21 +220,69 @@ def _load_state(layer, weight, bias, running_mean, running_var, training):
     layer.check(_lib.lib.sbn_bn_set_training(layer.handle, int(training)))
 
 
-def _replay(ctx, layer, x, weight, bias):
-    """Recompute, on a layer without a group, the statistics of the forward
-    that ctx belongs to, after a later forward replaced them (the library
-    keeps the latest only). torch.autograd.gradcheck does this: its numerical
-    Jacobian calls the module again before the analytical backward of the
-    first call. Only the layer's copy of the state changes (the module's
-    tensors are loaded into it on every call), so nothing visible does."""
-    with torch.no_grad():
-        _load_state(layer, weight if ctx.affine else None, bias, *ctx.eval_stats, ctx.training)
-        y = _empty_as(x, ctx.layout)
-        tx, ty = _desc(x, ctx.layout), _desc(y, ctx.layout)
-        layer.last_call = None
-        layer.set_stream()
-        layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
-        layer.last_call = ctx.call
+class _Record:
+    """A library record of a forward's statistics (sbn_bn_record); it may
+    outlive its layer."""
+
+    def __init__(self, layer):
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.lib.sbn_bn_record_create(ctypes.byref(handle), layer.handle))
+        self.handle = handle
+
+    def __del__(self):
+        if getattr(self, "handle", None) is not None and _lib.lib is not None:
+            _lib.lib.sbn_bn_record_destroy(self.handle)
+
+
+class _Forward:
+    """One forward of a layer, as its backward sees it. The library keeps the
+    statistics of a layer's latest forward only; when the same module runs
+    again while this forward can still be differentiated (two inputs through
+    one module, as in contrastive learning; gradcheck's extra calls; a graph
+    kept with retain_graph=True), _Layer.keep_current moves them into a
+    record, which backward restores. A training loop that runs backward
+    after each forward never needs one: by the next forward autograd has
+    freed the graph."""
+
+    def __init__(self, layer, ctx):
+        self.layer, self.record, self.ctx = layer, None, weakref.ref(ctx)
+
+    def differentiable(self):
+        """Can autograd still run this forward's backward (its graph alive,
+        its saved tensors not freed by an earlier backward)?"""
+        ctx = self.ctx()
+        if ctx is None:
+            return False
+        try:
+            ctx.saved_tensors
+        except RuntimeError:
+            return False
+        return True
+
+    def __del__(self):
+        record = getattr(self, "record", None)
+        if record is not None:
+            self.layer.free_records.append(record)
+
+
+def _make_current(ctx, layer, weight, bias):
+    """Before a backward: the statistics of ctx's forward back in the layer,
+    and the weight it normalized with (gradcheck perturbs weight in place
+    between calls)."""
+    fwd = ctx.forward
+    if layer.current is not None and layer.current() is fwd:
+        return
+    if fwd.record is None:  # keep_current saves every forward autograd can still reach
+        raise SyncBNError(_lib.STATUS_INTERNAL, "syncbn.torch: the statistics of this "
+                          "backward's forward were not kept")
+    layer.keep_current()
+    layer.set_stream()
+    _lib.check(_lib.lib.sbn_bn_restore_forward(layer.handle, fwd.record.handle))
+    layer.current = weakref.ref(fwd)
+    if ctx.affine:
+        with torch.no_grad():
+            layer.views[_lib.BN_TENSOR_WEIGHT].copy_(weight)
+            layer.views[_lib.BN_TENSOR_BIAS].copy_(bias)
 
 
 def _push_nbt(layer, nbt):
@@ -237,7 +299,7 @@ def _push_nbt(layer, nbt):
 
 class _Function(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, module, layer, call):
+    def forward(ctx, x, weight, bias, module, layer):
         layout, x = _layout_of(x)
         y = _empty_as(x, layout)
         v = layer.views
@@ -248,16 +310,11 @@ class _Function(torch.autograd.Function):
             if track:
                 _push_nbt(layer, module.num_batches_tracked)
             tx, ty = _desc(x, layout), _desc(y, layout)
-            layer.last_call = None
+            layer.keep_current()
             layer.set_stream()
             layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
-            layer.last_call = call
-            # What a replay of this forward needs (see _replay): the running
-            # statistics it normalized with, in eval mode (O(C) copies).
-            eval_stats = track and not module.training
-            ctx.eval_stats = ((module.running_mean.clone(), module.running_var.clone())
-                              if eval_stats else (None, None))
-            ctx.training = module.training
+            ctx.forward = _Forward(layer, ctx)
+            layer.current = weakref.ref(ctx.forward)
             if track and module.training:
                 module.running_mean.copy_(v[_lib.BN_TENSOR_RUNNING_MEAN])
                 module.running_var.copy_(v[_lib.BN_TENSOR_RUNNING_VAR])
@@ -267,7 +324,7 @@ class _Function(torch.autograd.Function):
                 module.num_batches_tracked.fill_(nbt.value)
                 layer.nbt_seen = (module.num_batches_tracked, module.num_batches_tracked._version)
         ctx.save_for_backward(x, weight, bias)
-        ctx.layer, ctx.call, ctx.layout, ctx.affine = layer, call, layout, module.affine
+        ctx.layer, ctx.layout, ctx.affine = layer, layout, module.affine
         ctx.param_dtype = weight.dtype if weight is not None else None
         return y
 
@@ -276,14 +333,7 @@ class _Function(torch.autograd.Function):
     def backward(ctx, dy):
         x, weight, bias = ctx.saved_tensors
         layer = ctx.layer
-        if layer.last_call != ctx.call and layer.group is None:
-            _replay(ctx, layer, x, weight, bias)
-        if layer.last_call != ctx.call:
-            raise RuntimeError(
-                "syncbn.torch.SyncBatchNorm: this backward belongs to an earlier forward of the "
-                "same layer; the library keeps the statistics of the most recent forward only, "
-                "and a synchronized layer cannot recompute them alone, so run backward before "
-                "calling the layer again (or use one layer per call)")
+        _make_current(ctx, layer, weight, bias)
         dy = _dense_as(dy.to(x.dtype), ctx.layout)
         need_dx = ctx.needs_input_grad[0]
         dx = _empty_as(x, ctx.layout) if need_dx else None
@@ -301,7 +351,7 @@ class _Function(torch.autograd.Function):
                 gw = layer.views[_lib.BN_TENSOR_GRAD_WEIGHT].to(ctx.param_dtype, copy=True)
             if ctx.needs_input_grad[2]:
                 gb = layer.views[_lib.BN_TENSOR_GRAD_BIAS].to(ctx.param_dtype, copy=True)
-        return dx, gw, gb, None, None, None
+        return dx, gw, gb, None, None
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -330,7 +380,6 @@ class SyncBatchNorm(_BatchNorm):
                          device=device, dtype=dtype)
         self.process_group = process_group
         self._layers = {}
-        self._calls = 0
 
     def _check_input_dim(self, input):
         pass  # the library checks (2-D..5-D, C), on every rank of the group
@@ -430,9 +479,8 @@ class SyncBatchNorm(_BatchNorm):
             view = (1, -1) + (1,) * (input.dim() - 2)
             return input * self.weight.view(view) + self.bias.view(view)
         layer = self._layer(group, device, self._param_dtype(input))
-        self._calls += 1
         try:
-            return _Function.apply(input, self.weight, self.bias, self, layer, self._calls)
+            return _Function.apply(input, self.weight, self.bias, self, layer)
         except SyncBNError as e:
             if input.dtype in _DTYPES:
                 raise

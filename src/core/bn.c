@@ -34,6 +34,18 @@ struct sbn_bn {
   int saved_batch_stats; /* 1: batch statistics (training math); 0: running */
   int saved_synced;      /* the statistics came from the group */
   sbn_tensor saved_x;    /* descriptor only: shape/dtype/layout of x */
+  uint64_t uid;          /* tells its records from other layers' */
+};
+
+/* A saved forward: the layer's bookkeeping above, and the device's
+ * statistics in `mem` (device memory). */
+struct sbn_bn_record {
+  uint64_t uid; /* the layer's */
+  const sbn_dev_ops *dev;
+  int device_index;
+  void *mem;
+  int saved, batch_stats, synced;
+  sbn_tensor x;
 };
 
 sbn_bn_options sbn_bn_options_default(int64_t num_features) {
@@ -78,6 +90,8 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
     free(bn);
     return st;
   }
+  static uint64_t next_uid = 1;
+  bn->uid = __atomic_fetch_add(&next_uid, 1, __ATOMIC_RELAXED);
   bn->dev = dev;
   bn->opt = *o;
   bn->training = 1;
@@ -294,6 +308,70 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
   sbn_status st = bn->dev->backward_finish(&bn->L, synced, dx != NULL, bn->saved_batch_stats);
   if (st == SBN_STATUS_OK && dx) st = bn->dev->backward_elemt(&bn->L, dx->data, dy->data, x->data, g);
   return st;
+}
+
+sbn_status sbn_bn_record_create(sbn_bn_record **out, const sbn_bn *bn) {
+  static const char call[] = "sbn_bn_record_create";
+  sbn_clear_error();
+  if (out) *out = NULL;
+  if (!out || !bn) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", call, out ? "layer" : "out");
+  sbn_bn_record *r = calloc(1, sizeof *r);
+  if (!r) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  sbn_status st = bn->dev->record_alloc(&bn->L, &r->mem, call);
+  if (st != SBN_STATUS_OK) {
+    free(r);
+    return st;
+  }
+  r->uid = bn->uid;
+  r->dev = bn->dev;
+  r->device_index = bn->opt.device.index;
+  *out = r;
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_bn_record_destroy(sbn_bn_record *r) {
+  if (r) {
+    r->dev->record_free(r->device_index, r->mem);
+    free(r);
+  }
+  return SBN_STATUS_OK;
+}
+
+static sbn_status check_record(const sbn_bn *bn, const sbn_bn_record *r, const char *call) {
+  if (!bn || !r) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", call, bn ? "record" : "layer");
+  if (r->uid != bn->uid)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "%s: the record was made for another layer (sbn_bn_record_create with this one)", call);
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_bn_save_forward(sbn_bn *bn, sbn_bn_record *r) {
+  static const char call[] = "sbn_bn_save_forward";
+  sbn_clear_error();
+  sbn_status st = check_record(bn, r, call);
+  if (st != SBN_STATUS_OK) return st;
+  if (!bn->saved) return sbn_fail(SBN_STATUS_BAD_STATE, "%s: the layer has no successful forward to save", call);
+  if ((st = bn->dev->record_save(&bn->L, r->mem)) != SBN_STATUS_OK) return st;
+  r->saved = 1;
+  r->batch_stats = bn->saved_batch_stats;
+  r->synced = bn->saved_synced;
+  r->x = bn->saved_x;
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_bn_restore_forward(sbn_bn *bn, const sbn_bn_record *r) {
+  static const char call[] = "sbn_bn_restore_forward";
+  sbn_clear_error();
+  sbn_status st = check_record(bn, r, call);
+  if (st != SBN_STATUS_OK) return st;
+  if (!r->saved)
+    return sbn_fail(SBN_STATUS_BAD_STATE, "%s: the record holds no forward (sbn_bn_save_forward fills it)", call);
+  if ((st = bn->dev->record_load(&bn->L, r->mem)) != SBN_STATUS_OK) return st;
+  bn->saved = 1;
+  bn->saved_batch_stats = r->batch_stats;
+  bn->saved_synced = r->synced;
+  bn->saved_x = r->x;
+  return SBN_STATUS_OK;
 }
 
 sbn_status sbn_bn_zero_grad(sbn_bn *bn) {

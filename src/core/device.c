@@ -4,7 +4,7 @@
  * library, libsyncbn_cuda (so that a program that never uses a GPU never
  * loads libcudart), and is found the first time a CUDA device is asked for:
  *  - linked statically: libsyncbn_cuda.a defines SBN_CUDA_DEVICE_TABLE, which
- *    this file references weakly (link it with -Wl,-u,sbn_internal_cuda_device_v2
+ *    this file references weakly (link it with -Wl,-u,sbn_internal_cuda_device_v3
  *    so that the archive member is pulled in: README, "GPUs");
  *  - shared: libsyncbn.so opens libsyncbn_cuda.so.MAJOR, first from its own
  *    directory (found with dladdr), then through the loader's search path,

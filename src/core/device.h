@@ -95,6 +95,16 @@ typedef struct sbn_dev_ops {
   sbn_status (*to_host)(sbn_dev_layer *L, size_t count, int zero);
   sbn_status (*from_host)(sbn_dev_layer *L, size_t count);
 
+  /* Records of the saved forward (sbn_bn_save_forward): what backward
+   * reads of the last forward's statistics, in memory of this device that
+   * record_alloc takes (for L's shape) and record_free gives back (it may
+   * wait for the device). record_save copies the layer's into a record,
+   * record_load back (enqueued on the layer's stream: no wait). */
+  sbn_status (*record_alloc)(const sbn_dev_layer *L, void **mem, const char *call);
+  void (*record_free)(int device_index, void *mem);
+  sbn_status (*record_save)(sbn_dev_layer *L, void *mem);
+  sbn_status (*record_load)(sbn_dev_layer *L, const void *mem);
+
   sbn_status (*zero_grad)(sbn_dev_layer *L);
   sbn_status (*get_nbt)(const sbn_dev_layer *L, int64_t *out);
   sbn_status (*set_nbt)(sbn_dev_layer *L, int64_t value);
@@ -109,8 +119,8 @@ const sbn_dev_ops *sbn_device_ops(sbn_device_type type, sbn_status *st, const ch
 /* The tables themselves. The CUDA one is defined in libsyncbn_cuda; its
  * name carries the layout version (as the backend host table's does). */
 extern const sbn_dev_ops sbn_cpu_device_ops;
-#define SBN_CUDA_DEVICE_TABLE sbn_internal_cuda_device_v2
-#define SBN_CUDA_DEVICE_TABLE_NAME "sbn_internal_cuda_device_v2"
+#define SBN_CUDA_DEVICE_TABLE sbn_internal_cuda_device_v3
+#define SBN_CUDA_DEVICE_TABLE_NAME "sbn_internal_cuda_device_v3"
 extern const sbn_dev_ops SBN_CUDA_DEVICE_TABLE;
 
 #endif

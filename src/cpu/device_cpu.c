@@ -354,6 +354,40 @@ static sbn_status cpu_set_nbt(sbn_dev_layer *L, int64_t value) {
   return SBN_STATUS_OK;
 }
 
+/* A record of the saved forward: mean and invstd per channel, then the
+ * count (what backward reads of it; ka..kc are recomputed there). */
+static sbn_status cpu_record_alloc(const sbn_dev_layer *L, void **mem, const char *call) {
+  const size_t C = (size_t)L->opt.num_features;
+  if (!(*mem = alloc_doubles(2 * C + 1)))
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory for a record of %zu channels", call, C);
+  return SBN_STATUS_OK;
+}
+
+static void cpu_record_free(int device_index, void *mem) {
+  (void)device_index;
+  free(mem);
+}
+
+static sbn_status cpu_record_save(sbn_dev_layer *L, void *mem) {
+  const cpu_layer *k = L->impl;
+  const size_t C = (size_t)L->opt.num_features;
+  double *r = mem;
+  memcpy(r, k->mean, C * sizeof *r);
+  memcpy(r + C, k->invstd, C * sizeof *r);
+  r[2 * C] = k->saved_count;
+  return SBN_STATUS_OK;
+}
+
+static sbn_status cpu_record_load(sbn_dev_layer *L, const void *mem) {
+  cpu_layer *k = L->impl;
+  const size_t C = (size_t)L->opt.num_features;
+  const double *r = mem;
+  memcpy(k->mean, r, C * sizeof *r);
+  memcpy(k->invstd, r + C, C * sizeof *r);
+  k->saved_count = r[2 * C];
+  return SBN_STATUS_OK;
+}
+
 static sbn_status cpu_device_count(int *count) {
   *count = 1;
   return SBN_STATUS_OK;
@@ -379,5 +413,9 @@ const sbn_dev_ops sbn_cpu_device_ops = {
     .zero_grad = cpu_zero_grad,
     .get_nbt = cpu_get_nbt,
     .set_nbt = cpu_set_nbt,
+    .record_alloc = cpu_record_alloc,
+    .record_free = cpu_record_free,
+    .record_save = cpu_record_save,
+    .record_load = cpu_record_load,
     .device_count = cpu_device_count,
 };

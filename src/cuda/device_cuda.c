@@ -97,7 +97,8 @@ static sbn_status cuda_create(sbn_dev_layer *L, const char *call) {
     return cuda_fail(e, call, "cudaSetDevice");
   }
   const size_t C = (size_t)L->opt.num_features;
-  /* payload 2C+1 | local 2C | mean, invstd, ka, kb, kc 5C | saved_count | nbt | fwd_bad | done */
+  /* payload 2C+1 | local 2C | mean, invstd 2C | saved_count | fwd_bad | ka, kb, kc 3C | nbt | done
+   * (what backward reads of a forward is one range: a record's copy) */
   const size_t nd = (2 * C + 1) + 2 * C + 5 * C + 4;
   float *ones = malloc(C * sizeof *ones);
   const char *what = "cudaMalloc";
@@ -141,12 +142,12 @@ static sbn_status cuda_create(sbn_dev_layer *L, const char *call) {
   f->local = p, p += 2 * C;
   f->mean = p, p += C;
   f->invstd = p, p += C;
+  f->saved_count = p++;
+  f->fwd_bad = (int *)p++; /* zeroed words: 0 as int64 and int */
   f->ka = p, p += C;
   f->kb = p, p += C;
   f->kc = p, p += C;
-  f->saved_count = p++;
-  f->nbt = (int64_t *)p++; /* zeroed words: 0 as int64 and int */
-  f->fwd_bad = (int *)p++;
+  f->nbt = (int64_t *)p++;
   f->done = (unsigned *)p;
   f->flag = flag_dev;
   leave(k, prev);
@@ -357,6 +358,45 @@ static sbn_status cuda_set_nbt(sbn_dev_layer *L, int64_t value) {
   return e == cudaSuccess ? SBN_STATUS_OK : cuda_fail(e, "sbn_bn_set_num_batches_tracked", "copying num_batches_tracked");
 }
 
+/* A record of the saved forward: the block's range mean, invstd,
+ * saved_count, fwd_bad (2C + 2 doubles), copied on the layer's stream. */
+static size_t record_bytes(const sbn_dev_layer *L) {
+  return (2 * (size_t)L->opt.num_features + 2) * sizeof(double);
+}
+
+static sbn_status cuda_record_alloc(const sbn_dev_layer *L, void **mem, const char *call) {
+  const cuda_layer *k = L->impl;
+  int prev;
+  cudaError_t e = enter(k, &prev);
+  if (e == cudaSuccess) e = cudaMalloc(mem, record_bytes(L));
+  leave(k, prev);
+  return e == cudaSuccess ? SBN_STATUS_OK : cuda_fail(e, call, "cudaMalloc of a record");
+}
+
+/* cudaFree waits for the device: copies into or out of the record may
+ * still be in flight on some stream. */
+static void cuda_record_free(int device_index, void *mem) {
+  int prev = device_index;
+  if (cudaGetDevice(&prev) == cudaSuccess && prev != device_index) cudaSetDevice(device_index);
+  cudaFree(mem);
+  (void)cudaGetLastError();
+  if (prev != device_index) cudaSetDevice(prev);
+}
+
+static sbn_status cuda_record_save(sbn_dev_layer *L, void *mem) {
+  cuda_layer *k = L->impl;
+  ON_DEVICE(L, "sbn_bn_save_forward", "copying the saved statistics",
+            cudaMemcpyAsync(mem, k->fin.mean, record_bytes(L), cudaMemcpyDeviceToDevice,
+                            (cudaStream_t)L->stream));
+}
+
+static sbn_status cuda_record_load(sbn_dev_layer *L, const void *mem) {
+  cuda_layer *k = L->impl;
+  ON_DEVICE(L, "sbn_bn_restore_forward", "copying the saved statistics",
+            cudaMemcpyAsync(k->fin.mean, mem, record_bytes(L), cudaMemcpyDeviceToDevice,
+                            (cudaStream_t)L->stream));
+}
+
 SBN_API const sbn_dev_ops SBN_CUDA_DEVICE_TABLE = {
     .name = "cuda",
     .payload_on_device = 1,
@@ -377,5 +417,9 @@ SBN_API const sbn_dev_ops SBN_CUDA_DEVICE_TABLE = {
     .zero_grad = cuda_zero_grad,
     .get_nbt = cuda_get_nbt,
     .set_nbt = cuda_set_nbt,
+    .record_alloc = cuda_record_alloc,
+    .record_free = cuda_record_free,
+    .record_save = cuda_record_save,
+    .record_load = cuda_record_load,
     .device_count = cuda_device_count,
 };

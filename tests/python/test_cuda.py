@@ -8,7 +8,8 @@ batch):
    statistics; 3 training steps and an eval step: y, dx, grad_weight,
    grad_bias, running statistics and num_batches_tracked; the same layer on
    a side stream (torch.cuda.stream) gives the same bits; load_state_dict
-   between steps is seen on the GPU;
+   between steps is seen on the GPU; one module on two batches before its
+   backward (records of forwards on the GPU);
  - misuse: a CPU input to a CUDA module and the reverse (PyTorch's "same
    device" error), a float64 module on CUDA (refused: SBN_STATUS_UNSUPPORTED);
  - two and three processes sharing the GPU over gloo (host-staged
@@ -140,6 +141,35 @@ def one_process():
     ys, _, _, _ = refi.step([xi.float()], [torch.zeros_like(xi).float()], True)
     # (x - mean) is formed first, exactly near the mean: float32 accuracy.
     check("mean 1e4 x std: y vs float64 reference (float32 input)", rel_err(yi, ys[0]), 2e-6)
+    # One module on two batches before its backward (records on the GPU), in
+    # both orders, against PyTorch's float64 BatchNorm2d on the CPU.
+    x1, dy1 = data(91, 6, (3, 3))
+    x2, dy2 = data(92, 4, (3, 3))
+    w, b = params(91)
+    peer = torch.nn.BatchNorm2d(C).double()
+    with torch.no_grad():
+        peer.weight.copy_(w), peer.bias.copy_(b)
+    p1, p2 = x1.double().requires_grad_(), (x2 * 0.5 - 3).double().requires_grad_()
+    ((peer(p1) * dy1.double()).sum() + (peer(p2) * dy2.double()).sum()).backward()
+    for first in (False, True):
+        m = sbn.SyncBatchNorm(C).cuda()
+        with torch.no_grad():
+            m.weight.copy_(w), m.bias.copy_(b)
+        v1 = x1.cuda().requires_grad_()
+        v2 = (x2 * 0.5 - 3).cuda().requires_grad_()
+        l1, l2 = (m(v1) * dy1.cuda()).sum(), (m(v2) * dy2.cuda()).sum()
+        if first:
+            l1.backward()
+            l2.backward()
+        else:
+            (l1 + l2).backward()
+        label = "the first batch's backward first" if first else "one backward of both"
+        check("two batches through one module, %s: dx" % label,
+              max(rel_err(v1.grad.cpu(), p1.grad), rel_err(v2.grad.cpu(), p2.grad)), TOL[torch.float32])
+        check("two batches through one module, %s: grads, running stats" % label,
+              max(rel_err(m.weight.grad.cpu(), peer.weight.grad), rel_err(m.bias.grad.cpu(), peer.bias.grad),
+                  rel_err(m.running_mean.cpu(), peer.running_mean),
+                  rel_err(m.running_var.cpu(), peer.running_var)), TOL_STATE)
 
 
 def misuse():

@@ -401,9 +401,9 @@ def errors():
     except RuntimeError as e:
         expect("buffers on another device than the input: an error naming both",
                "same device" in str(e) and "meta" in str(e), str(e))
-    # Without a group, the backward of an earlier forward recomputes that
-    # forward's statistics (a synchronized layer refuses it instead:
-    # test_distributed.py): the gradient is the one PyTorch gives.
+    # The backward of an earlier forward: the later forward moved the
+    # earlier one's statistics into a record, which backward restores
+    # (test_distributed.py: the same, synchronized): PyTorch's gradient.
     x = torch.randn(3, 4, requires_grad=True)
     x2 = torch.randn(3, 4) * 2 + 1
     peer = nn.BatchNorm1d(4)
@@ -413,7 +413,28 @@ def errors():
     y1.backward(dy)
     xp = x.detach().clone().requires_grad_()
     peer(xp).backward(dy)
-    check("backward of an earlier forward (recomputed): dx vs PyTorch", rel_err(x.grad, xp.grad), TOL)
+    check("backward of an earlier forward (restored): dx vs PyTorch", rel_err(x.grad, xp.grad), TOL)
+    # retain_graph: a second backward of the same forward adds the same
+    # gradient again, also after the module ran again in between.
+    x.grad = None
+    y1 = m(x)
+    y1.backward(dy, retain_graph=True)
+    g1 = x.grad.clone()
+    y1.backward(dy, retain_graph=True)
+    check("retain_graph: a second backward adds the same dx", rel_err(x.grad, 2 * g1), TOL)
+    m(x2)
+    y1.backward(dy)
+    check("retain_graph: a third after another forward, the same again", rel_err(x.grad, 3 * g1), TOL)
+    # A loop with a backward after each forward keeps no record (the graph
+    # before is freed), even while its output is still referenced.
+    mr = sbn.SyncBatchNorm(4)
+    y = None
+    for step in range(3):
+        y = mr(x2 + step)
+        y.backward(dy)
+    layers = list(mr._layers.values())
+    expect("a backward after each forward: no record made",
+           all(not la.free_records and la.current().record is None for la in layers), str(len(layers)))
     # Unsupported input dtype: the library's error, naming torch's dtype.
     m = sbn.SyncBatchNorm(3)
     xi = torch.randint(0, 5, (4, 3, 2))
