@@ -418,8 +418,12 @@ class SyncBatchNorm(_BatchNorm):
             # which is the same on every rank. A module converted between float32
             # and float64 gets a layer of the other dtype (its state is the
             # module's tensors, loaded on every call).
-            layer = _Layer(self.num_features, self.eps, self.momentum, self.affine,
-                           self.track_running_stats, group, device, param_dtype)
+            # Its views of the library's state are kept across calls: made under
+            # torch.inference_mode (a first call in a validation pass) they would
+            # be inference tensors, which later training calls may not write.
+            with torch.inference_mode(False):
+                layer = _Layer(self.num_features, self.eps, self.momentum, self.affine,
+                               self.track_running_stats, group, device, param_dtype)
             self._layers[key] = layer
         return layer
 

@@ -425,6 +425,17 @@ def errors():
     m(x2)
     y1.backward(dy)
     check("retain_graph: a third after another forward, the same again", rel_err(x.grad, 3 * g1), TOL)
+    # The first call in torch.inference_mode (a validation pass before
+    # training), then training: the layer made in that first call works.
+    mi, pi = sbn.SyncBatchNorm(4).eval(), nn.BatchNorm1d(4).eval()
+    with torch.inference_mode():
+        e = rel_err(mi(x2), pi(x2))
+    mi.train(), pi.train()
+    xi, xq = x2.clone().requires_grad_(), x2.clone().requires_grad_()
+    mi(xi).backward(dy)
+    pi(xq).backward(dy)
+    check("first call under inference_mode, then training: y, dx vs PyTorch",
+          max(e, rel_err(xi.grad, xq.grad), rel_err(mi.running_var, pi.running_var)), TOL)
     # A loop with a backward after each forward keeps no record (the graph
     # before is freed), even while its output is still referenced.
     mr = sbn.SyncBatchNorm(4)
