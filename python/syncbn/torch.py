@@ -249,13 +249,15 @@ class _Forward:
 
     def differentiable(self):
         """Can autograd still run this forward's backward (its graph alive,
-        its saved tensors not freed by an earlier backward)?"""
+        its saved tensors not freed by an earlier backward)? Asked of the
+        raw saved tensors: unpacking them would run saved-tensor hooks
+        (non-reentrant checkpointing recomputes the forward there)."""
         ctx = self.ctx()
         if ctx is None:
             return False
         try:
-            ctx.saved_tensors
-        except RuntimeError:
+            getattr(ctx, "_raw_saved_tensors", None)
+        except RuntimeError:  # freed by a backward without retain_graph
             return False
         return True
 

@@ -436,6 +436,23 @@ def errors():
     pi(xq).backward(dy)
     check("first call under inference_mode, then training: y, dx vs PyTorch",
           max(e, rel_err(xi.grad, xq.grad), rel_err(mi.running_var, pi.running_var)), TOL)
+    # Gradient checkpointing recomputes the forward in backward (the
+    # non-reentrant kind from inside autograd's saved-tensor hooks), also of a
+    # module applied twice in the checkpointed region: PyTorch's gradients.
+    from torch.utils.checkpoint import checkpoint
+    for reentrant in (True, False):
+        torch.manual_seed(5)
+        mc = nn.Sequential(nn.Conv2d(3, 4, 3), sbn.SyncBatchNorm(4), nn.ReLU())
+        pc = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+        pc.load_state_dict(mc.state_dict())
+        xc = torch.randn(5, 3, 8, 8, requires_grad=True)
+        xq = xc.detach().clone().requires_grad_()
+        twice = (lambda mod: lambda t: mod(t) * mod(t * 2 + 1))
+        checkpoint(twice(mc), xc, use_reentrant=reentrant).square().sum().backward()
+        checkpoint(twice(pc), xq, use_reentrant=reentrant).square().sum().backward()
+        e = max(rel_err(xc.grad, xq.grad), rel_err(mc[0].weight.grad, pc[0].weight.grad),
+                rel_err(mc[1].weight.grad, pc[1].weight.grad), rel_err(mc[1].running_var, pc[1].running_var))
+        check("checkpoint(use_reentrant=%s), module applied twice inside: vs PyTorch" % reentrant, e, 1e-5)
     # A loop with a backward after each forward keeps no record (the graph
     # before is freed), even while its output is still referenced.
     mr = sbn.SyncBatchNorm(4)
