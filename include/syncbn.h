@@ -329,9 +329,11 @@ SBN_API sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor 
  *
  * A record is O(C) memory on the layer's device, made for one layer (any
  * other layer refuses it) and reusable; a CUDA layer's copies are enqueued
- * on its stream (no wait). Save and restore are local, with no collective:
- * every rank of a group must restore the same forward, as every rank must
- * run the same backward. Restore changes nothing else: parameters, running
+ * on its stream (no wait). Save and restore are local, with no collective;
+ * the backward's collective carries which of the layer's synchronized
+ * forwards it differentiates, so ranks that restored different ones get
+ * SBN_STATUS_MISMATCH on every rank ("... for forward #3" against "#4")
+ * instead of mixed statistics. Restore changes nothing else: parameters, running
  * statistics, num_batches_tracked and gradients stay the layer's current
  * ones (backward uses the current weight). A record may outlive its layer
  * (destroy it any time; for CUDA, destroying waits for the GPU). */

@@ -162,6 +162,47 @@ static int separate(shared *sh, sbn_group *g, int rank, const sbn_bn_options *o)
   return 0;
 }
 
+/* Phase 2 (2+ ranks): ranks that differentiate different forwards of one
+ * layer (rank 0 restored the first, the others backward the second, of the
+ * same shape) get SBN_STATUS_MISMATCH on every rank, naming the forwards,
+ * and nothing changes; then the same backward on every rank works. */
+static int disagree(shared *sh, sbn_group *g, int rank, const sbn_bn_options *o) {
+  int *fail = &sh->failures[rank];
+  rank_data *a = &sh->s1.d[rank];
+  sbn_bn *bn;
+  sbn_bn_record *rec;
+  CHECK_OK(sbn_bn_create(&bn, o, g));
+  if (case_dev && case_dev->rank_begin && case_dev->rank_begin(bn, rank)) return 1;
+  float *scratch = calloc((size_t)(2 * a->numel + 2), sizeof(float)); /* phase 0's outputs stay */
+  void *m[4] = {dev_in(a->x, a->numel), dev_in(a->dy, a->numel), dev_in(scratch, a->numel),
+                dev_in(scratch + a->numel + 1, a->numel)};
+  sbn_tensor x = tensor_at(a, m[0]), x2 = tensor_at(a, m[1]), y = tensor_at(a, m[2]), dx = tensor_at(a, m[3]);
+  CHECK_OK(sbn_bn_record_create(&rec, bn));
+  CHECK_OK(sbn_bn_forward(bn, &y, &x));
+  CHECK_OK(sbn_bn_save_forward(bn, rec));
+  CHECK_OK(sbn_bn_forward(bn, &y, &x2));
+  state before, after;
+  grab(bn, &before);
+  if (rank == 0) CHECK_OK(sbn_bn_restore_forward(bn, rec));
+  sbn_status st = sbn_bn_backward(bn, &dx, &x2, rank == 0 ? &x : &x2);
+  const char *msg = sbn_last_error();
+  const int ok = st == SBN_STATUS_MISMATCH && strstr(msg, "for forward #1") && strstr(msg, "for forward #2");
+  if (!ok || (rank == 0 && sh->verbose))
+    printf("rank %d: ranks differentiating different forwards -> %s \"%s\" (expected SBN_STATUS_MISMATCH naming "
+           "forwards #1 and #2) %s\n", rank, sbn_status_name(st), msg, ok ? "ok" : "FAIL");
+  *fail += !ok;
+  grab(bn, &after);
+  if (memcmp(&before, &after, sizeof before)) printf("rank %d: the failed backward changed the layer FAIL\n", rank), ++*fail;
+  CHECK_OK(sbn_bn_restore_forward(bn, rec));
+  CHECK_OK(sbn_bn_backward(bn, &dx, &x2, &x));
+  for (int i = 0; i < 4; i++) dev_back(NULL, m[i], a->numel, 0);
+  if (case_dev && case_dev->rank_end) case_dev->rank_end(rank);
+  sbn_bn_destroy(bn);
+  sbn_bn_record_destroy(rec);
+  free(scratch);
+  return 0;
+}
+
 static int rank_main(sbn_group *world, void *arg) {
   shared *sh = arg;
   const int rank = sbn_group_rank(world), P = sbn_group_size(world);
@@ -169,7 +210,8 @@ static int rank_main(sbn_group *world, void *arg) {
   sbn_bn_options o = sbn_bn_options_default(C);
   o.momentum = 0.3;
   if (case_dev) o.device = case_dev->device;
-  return sh->phase ? separate(sh, P > 1 ? world : NULL, rank, &o) : twice(sh, P > 1 ? world : NULL, rank, &o);
+  sbn_group *g = P > 1 ? world : NULL;
+  return sh->phase == 2 ? disagree(sh, g, rank, &o) : sh->phase ? separate(sh, g, rank, &o) : twice(sh, g, rank, &o);
 }
 
 static void make_step(step_data *s, int P, const int64_t *n, int ndim, const int64_t *rest, sbn_layout layout,
@@ -208,7 +250,7 @@ static int run(int P, int second_eval) {
   make_step(&sh->s1, P, n1p, 4, rest1, SBN_LAYOUT_CHANNELS_LAST, 11, mean1, std1);
   make_step(&sh->s2, P, n2, 3, rest2, SBN_LAYOUT_CHANNELS_FIRST, 12, mean2, std2);
   int bad = 0;
-  for (sh->phase = 0; sh->phase < 2; sh->phase++) {
+  for (sh->phase = 0; sh->phase < (P > 1 ? 3 : 2); sh->phase++) {
     sbn_status st = sbn_team_run(P, rank_main, sh);
     if (st != SBN_STATUS_OK) printf("P=%d: team failed: %s: %s\n", P, sbn_status_name(st), sbn_last_error()), bad++;
   }

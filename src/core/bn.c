@@ -32,7 +32,8 @@ struct sbn_bn {
    * themselves are the device's). */
   int saved;             /* a forward has succeeded */
   int saved_batch_stats; /* 1: batch statistics (training math); 0: running */
-  int saved_synced;      /* the statistics came from the group */
+  uint64_t saved_serial; /* its number among the synchronized forwards; 0: not synchronized */
+  uint64_t forwards_synced; /* successful synchronized forwards: every rank counts the same */
   sbn_tensor saved_x;    /* descriptor only: shape/dtype/layout of x */
   uint64_t uid;          /* tells its records from other layers' */
 };
@@ -44,7 +45,8 @@ struct sbn_bn_record {
   const sbn_dev_ops *dev;
   int device_index;
   void *mem;
-  int saved, batch_stats, synced;
+  int saved, batch_stats;
+  uint64_t serial;
   sbn_tensor x;
 };
 
@@ -178,8 +180,23 @@ static sbn_status prepare_kernels(sbn_bn *bn, sbn_geom g, const char *call) {
  * any other group gets it staged through host memory (for a GPU: a copy, a
  * wait for the stream, the host all-reduce, a copy back). The CPU's payload
  * is host memory, so it never needs either. */
+/* what + " for forward #n" (the backward's signature names the forward it
+ * differentiates: ranks that restored different records disagree). */
+static void append_serial(char *what, size_t cap, uint64_t n) {
+  static const char tag[] = " for forward #";
+  char digits[24];
+  int k = 0;
+  do digits[k++] = (char)('0' + n % 10), n /= 10;
+  while (n);
+  size_t len = strlen(what);
+  if (len + sizeof tag + (size_t)k > cap) return;
+  memcpy(what + len, tag, sizeof tag - 1), len += sizeof tag - 1;
+  while (k) what[len++] = digits[--k];
+  what[len] = 0;
+}
+
 static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_dtype dtype,
-                            sbn_status local) {
+                            sbn_status local, uint64_t serial) {
   if (!bn->group) return local;
   const int fwd = kind == SBN_SIG_KIND_BN_FORWARD;
   if (bn->what_dtype[!fwd] != (int)dtype) {
@@ -189,6 +206,7 @@ static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_dty
   }
   sbn_sig sig;
   sbn_sig_init_text(&sig, kind, bn->layer_id, bn->opt.num_features, dtype, bn->what[!fwd]);
+  if (serial) sig.extra = serial, append_serial(sig.what, sizeof sig.what, serial);
   if (local != SBN_STATUS_OK) sbn_sig_set_error(&sig, local);
   sbn_status st;
   if (bn->dev->payload_on_device && bn->group->ops->allreduce_device) {
@@ -216,7 +234,7 @@ static sbn_status batch_stats(sbn_bn *bn, const void *x, sbn_geom g, int synced,
   const int64_t C = bn->opt.num_features;
   if (local == SBN_STATUS_OK) local = bn->dev->stats(&bn->L, x, g);
   sbn_status st =
-      synced ? sync_sums(bn, SBN_SIG_KIND_BN_FORWARD, (size_t)(2 * C + 1), g.dtype, local) : local;
+      synced ? sync_sums(bn, SBN_SIG_KIND_BN_FORWARD, (size_t)(2 * C + 1), g.dtype, local, 0) : local;
   if (st != SBN_STATUS_OK) return st;
   const int on_device = synced && bn->dev->payload_on_device && bn->group->ops->allreduce_device;
   const double n = !synced ? (double)g.n * (double)g.s : on_device ? -1 : bn->L.payload_host[2 * C];
@@ -267,7 +285,7 @@ sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x) {
   if (st != SBN_STATUS_OK) return st;
   bn->saved = 1;
   bn->saved_batch_stats = batch_stats_mode;
-  bn->saved_synced = synced;
+  bn->saved_serial = synced ? ++bn->forwards_synced : 0;
   bn->saved_x = *x;
   return bn->dev->normalize(&bn->L, y->data, x->data, g);
 }
@@ -279,7 +297,7 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
   const int64_t C = bn->opt.num_features;
   /* Whether this backward synchronizes is decided by the forward it
    * differentiates, the same on every rank. */
-  const int synced = bn->saved && bn->saved_synced;
+  const int synced = bn->saved && bn->saved_serial;
 
   sbn_geom g = {0, 0, 0, SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
   sbn_status local = deferred(bn, call);
@@ -300,7 +318,7 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
 
   if (local == SBN_STATUS_OK) local = bn->dev->backward_reduce(&bn->L, dy->data, x->data, g);
   if (synced) {
-    sbn_status st = sync_sums(bn, SBN_SIG_KIND_BN_BACKWARD, (size_t)(2 * C), g.dtype, local);
+    sbn_status st = sync_sums(bn, SBN_SIG_KIND_BN_BACKWARD, (size_t)(2 * C), g.dtype, local, bn->saved_serial);
     if (st != SBN_STATUS_OK) return st;
   } else if (local != SBN_STATUS_OK) {
     return local;
@@ -354,7 +372,7 @@ sbn_status sbn_bn_save_forward(sbn_bn *bn, sbn_bn_record *r) {
   if ((st = bn->dev->record_save(&bn->L, r->mem)) != SBN_STATUS_OK) return st;
   r->saved = 1;
   r->batch_stats = bn->saved_batch_stats;
-  r->synced = bn->saved_synced;
+  r->serial = bn->saved_serial;
   r->x = bn->saved_x;
   return SBN_STATUS_OK;
 }
@@ -369,7 +387,7 @@ sbn_status sbn_bn_restore_forward(sbn_bn *bn, const sbn_bn_record *r) {
   if ((st = bn->dev->record_load(&bn->L, r->mem)) != SBN_STATUS_OK) return st;
   bn->saved = 1;
   bn->saved_batch_stats = r->batch_stats;
-  bn->saved_synced = r->synced;
+  bn->saved_serial = r->serial;
   bn->saved_x = r->x;
   return SBN_STATUS_OK;
 }
