@@ -8,7 +8,7 @@ the Python layer's overhead (autograd, descriptors, O(C) parameter and
 running-statistics copies, output allocation).
 
 Inputs rotate over copies whose total exceeds ROTATE_MIB (caches), medians
-of repeats. Usage: python_bn.py [--threads T] [--layout cf|cl] [--reps R]
+of repeats. Usage: python_bn.py [--threads T] [--layout cf|cl] [--reps R] [--quick]
 (run from the source tree: PYTHONPATH=python, or with syncbn installed)."""
 import argparse
 import ctypes
@@ -48,7 +48,7 @@ def time_module(m, data, reps):
 
 def time_direct(C, data, cl, reps):
     """The C library through ctypes, no autograd and no copies."""
-    layer = sbn._Layer(C, 1e-5, 0.1, True, True, None, _lib.DEVICE_CPU)
+    layer = sbn._Layer(C, 1e-5, 0.1, True, True, None, (_lib.DEVICE_CPU, 0))
     lay = _lib.LAYOUT_CHANNELS_LAST if cl else _lib.LAYOUT_CHANNELS_FIRST
     bufs = []
     for x, dy in data:
@@ -73,7 +73,11 @@ def main():
     ap.add_argument("--layout", choices=["cf", "cl"], default="cf")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--rotate-mib", type=float, default=96)
+    ap.add_argument("--quick", action="store_true",
+                    help="the small shape only, 3 repeats (make test runs this: the bench keeps working)")
     a = ap.parse_args()
+    if a.quick:
+        a.reps, a.rotate_mib = 3, 1
     torch.set_num_threads(a.threads)  # syncbn.torch follows torch.get_num_threads()
     cl = a.layout == "cl"
     print("syncbn %s (%s), torch %s, %d threads, float32 %s, median of %d"
@@ -81,7 +85,7 @@ def main():
              "channels_last" if cl else "contiguous", a.reps))
     print("%-22s %10s %10s %8s %10s %10s" % ("shape (N, C, H=W)", "torch ms", "syncbn ms", "ratio",
                                             "direct ms", "overhead"))
-    for n, c, hw in SHAPES + [SMALL]:
+    for n, c, hw in ([] if a.quick else SHAPES) + [SMALL]:
         data = inputs((n, c, hw, hw), cl, a.rotate_mib)
         ours, peer = sbn.SyncBatchNorm(c), nn.BatchNorm2d(c)
         t_peer = time_module(peer, data, a.reps)

@@ -18,6 +18,7 @@ ifneq ($(SBN_SANITIZE),1)
 EXTRA_TEST_CMDS += 'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_module.py' \
                    'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_distributed.py 2 3' \
                    'cmd:$(PY_TEST_ENV) $(PYTHON) tests/python/test_cuda.py' \
+                   'cmd:$(PY_TEST_ENV) $(PYTHON) bench/python_bn.py --quick' \
                    'cmd:tests/python/test_install.sh $(BUILD)'
 endif
 
