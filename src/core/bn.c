@@ -171,15 +171,6 @@ static sbn_status prepare_kernels(sbn_bn *bn, sbn_geom g, const char *call) {
   return bn->dev->prepare(&bn->L, g, ranks, call);
 }
 
-/* Run the layer's collective (when synchronized) carrying this rank's local
- * status, so a local error becomes an error on every rank. Returns the local
- * status if it failed, else the collective's.
- *
- * The payload is in the device's memory. A group that reduces device
- * buffers (allreduce_device) gets it there, enqueued on the layer's stream;
- * any other group gets it staged through host memory (for a GPU: a copy, a
- * wait for the stream, the host all-reduce, a copy back). The CPU's payload
- * is host memory, so it never needs either. */
 /* what + " for forward #n" (the backward's signature names the forward it
  * differentiates: ranks that restored different records disagree). */
 static void append_serial(char *what, size_t cap, uint64_t n) {
@@ -195,6 +186,16 @@ static void append_serial(char *what, size_t cap, uint64_t n) {
   what[len] = 0;
 }
 
+/* Run the layer's collective (when synchronized) carrying this rank's local
+ * status, so a local error becomes an error on every rank. Returns the local
+ * status if it failed, else the collective's. serial (backward only, else
+ * 0): which synchronized forward is differentiated, part of the signature.
+ *
+ * The payload is in the device's memory. A group that reduces device
+ * buffers (allreduce_device) gets it there, enqueued on the layer's stream;
+ * any other group gets it staged through host memory (for a GPU: a copy, a
+ * wait for the stream, the host all-reduce, a copy back). The CPU's payload
+ * is host memory, so it never needs either. */
 static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_dtype dtype,
                             sbn_status local, uint64_t serial) {
   if (!bn->group) return local;
