@@ -78,6 +78,11 @@ static sbn_status cuda_create(sbn_dev_layer *L, const char *call) {
     return sbn_fail(SBN_STATUS_UNSUPPORTED,
                     "%s: param_dtype float64 is not supported on CUDA layers (CPU only); use "
                     "SBN_DTYPE_FLOAT32", call);
+  /* The state block is 9C + 5 doubles and each tensor C floats: a C whose
+   * sizes wrap in size_t would get a small allocation and be written past. */
+  if ((uint64_t)L->opt.num_features > (SIZE_MAX / sizeof(double) - 5) / 9)
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory for %lld channels on cuda:%d", call,
+                    (long long)L->opt.num_features, index);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) count = 0, (void)cudaGetLastError();
