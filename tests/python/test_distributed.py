@@ -5,7 +5,8 @@ with torch.multiprocessing and a file:// rendezvous (no torchrun):
  - DDP training: a small CNN whose BatchNorms are converted to syncbn's
    SyncBatchNorm trains k steps with uneven (and, for 3 processes, one empty)
    per-rank batches; losses, parameters and running statistics must match one
-   process training nn.BatchNorm2d on the concatenated batch. The negative
+   process training nn.BatchNorm2d on the concatenated batch; the same with
+   two views of each batch through the network before each backward. The negative
    control (the same DDP run with local nn.BatchNorm2d) must fail that check.
  - the layer alone: y, dx, the ranks' summed grad_weight/grad_bias, running
    statistics and num_batches_tracked against a float64 reference on the
@@ -92,7 +93,7 @@ def rank_slice(split, rank):
 
 
 # ---------------------------------------------------------------- workers
-def train(model, P, rank, channels_last, distributed):
+def train(model, P, rank, channels_last, distributed, two_views=False):
     split = SPLITS[P] if distributed else [sum(SPLITS[P])]
     n_global = sum(split)
     if channels_last:
@@ -108,6 +109,8 @@ def train(model, P, rank, channels_last, distributed):
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         loss_sum = F.cross_entropy(net(x), t, reduction="sum")
+        if two_views:  # a second view through the same network before the backward
+            loss_sum = loss_sum + F.cross_entropy(net(x.flip(-1) * 0.5 + 0.25), t, reduction="sum")
         # DDP averages gradients over the P ranks: scale so the average is the
         # gradient of the global mean loss.
         opt.zero_grad()
@@ -249,6 +252,7 @@ def worker(rank, P, init_file):
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=P,
                             timeout=timedelta(seconds=60))
     out = {"ddp_sync": train(sbn.convert_sync_batchnorm(make_model()), P, rank, P == 2, True)}
+    out["ddp_two_views"] = train(sbn.convert_sync_batchnorm(make_model()), P, rank, False, True, True)
     if 0 not in SPLITS[P]:  # local BatchNorm cannot train on an empty rank
         out["ddp_local"] = train(make_model(), P, rank, P == 2, True)
     out["module"] = [module_case(rank, P, i, c) for i, c in enumerate(MODULE_CASES)]
@@ -267,7 +271,7 @@ def worker(rank, P, init_file):
 
 
 # ---------------------------------------------------------------- checks
-def compare_training(P, runs, ref32, ref64):
+def compare_training(P, runs, ref32, ref64, forwards=STEPS):
     names = {"weights/biases": lambda k: not ("running" in k or "num_batches" in k),
              "running stats": lambda k: "running" in k}
     # Tolerances: ours and PyTorch's single-process float32 run both carry float32
@@ -289,7 +293,7 @@ def compare_training(P, runs, ref32, ref64):
                 ok &= check("%s rank %d: %s vs single process" % (label, r, what), err, tol) or label == "local BN"
             nbt = [int(res["state"][k]) for k in res["state"] if "num_batches" in k]
             if label != "local BN":
-                expect("%s rank %d: num_batches_tracked == %d" % (label, r, STEPS), all(n == STEPS for n in nbt))
+                expect("%s rank %d: num_batches_tracked == %d" % (label, r, forwards), all(n == forwards for n in nbt))
         lerr = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(run[0]["losses"], ref32["losses"]))
         print("    losses %s: %s (single process: %s)" % (label, " ".join("%.5f" % v for v in run[0]["losses"]),
                                                          " ".join("%.5f" % v for v in ref32["losses"])))
@@ -313,6 +317,10 @@ def run(P):
         expect("negative control: local BatchNorm under DDP fails the same check (err %.2e > tol %.0e)" % (err, TOL_TRAIN),
                err > TOL_TRAIN)
         print("    losses local BN: %s" % " ".join("%.5f" % v for v in local[0]["losses"]))
+    print("DDP training, two views of each batch through the network before each backward:")
+    compare_training(P, [("SyncBN two views", [r["ddp_two_views"] for r in res])],
+                     train(make_model(), P, 0, False, False, True),
+                     train(make_model().double(), P, 0, False, False, True), 2 * STEPS)
 
     print("the layer alone, per-rank N = %s, C = %d, 3 training steps + eval:" % (MODULE_SPLITS[P], C_MODULE))
     for idx, case in enumerate(MODULE_CASES):
