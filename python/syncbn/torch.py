@@ -84,19 +84,9 @@ def _layout_of(x):
     return _lib.LAYOUT_CHANNELS_FIRST, x.contiguous()
 
 
-def _empty_as(x, layout):
-    """A new tensor in x's memory order (x: already dense in that layout)."""
-    if x.numel() == 0:
-        return torch.empty_like(x)
-    return _empty(x.shape, x.dtype, layout, x.device)
-
-
-def _empty(shape, dtype, layout, device):
-    if layout == _lib.LAYOUT_CHANNELS_FIRST or len(shape) <= 2:
-        return torch.empty(shape, dtype=dtype, device=device)
-    perm = _cl_perm(len(shape))
-    inv = [perm.index(i) for i in range(len(shape))]
-    return torch.empty([shape[p] for p in perm], dtype=dtype, device=device).permute(inv)
+def _empty_as(x):
+    """A new tensor in x's memory order (x: dense, so its strides are kept)."""
+    return torch.empty_like(x)
 
 
 def _dense_as(t, layout):
@@ -115,15 +105,23 @@ def _device_of(t):
     return _lib.DEVICE_CPU, 0
 
 
-def _desc(t, layout):
-    d = _lib.Tensor()
+_Shape = ctypes.c_int64 * _lib.MAX_DIMS
+X, Y, DX = range(3)  # the roles of a call's tensors (each has its own description)
+
+
+def _desc(layer, role, t, layout):
+    """The library's description of tensor t, which plays `role` in a call of
+    `layer`. Descriptions are kept per role and shape (a training loop repeats
+    its shapes): only the data pointer changes from call to call."""
+    key = (role, t.shape, t.dtype, layout)
+    d = layer.descs.get(key)
+    if d is None:
+        if len(layer.descs) >= 64:  # shapes that keep changing: do not grow without bound
+            layer.descs.clear()
+        d = layer.descs[key] = _lib.Tensor(None, t.dim(), _Shape(*t.shape[:_lib.MAX_DIMS]),
+                                           _DTYPES.get(t.dtype, -1), layout,
+                                           _lib.Device(*layer.device))
     d.data = t.data_ptr() or None
-    d.ndim = t.dim()
-    for i, n in enumerate(t.shape[:_lib.MAX_DIMS]):
-        d.shape[i] = n
-    d.dtype = _DTYPES.get(t.dtype, -1)
-    d.layout = layout
-    d.device = _lib.Device(*_device_of(t))
     return d
 
 
@@ -159,6 +157,8 @@ class _Layer:
         _lib.check(_lib.lib.sbn_bn_create(ctypes.byref(handle), ctypes.byref(opt),
                                           group.handle if group else None))
         self.handle, self.group, self.device = handle, group, device
+        self.descs = {}  # (role, shape, dtype, layout) -> _lib.Tensor, see _desc
+        self.training = None  # the mode last set in the library
         self.cuda = device[0] == _lib.DEVICE_CUDA
         self.nbt_seen = None  # CUDA: (tensor, version) of the num_batches_tracked last pushed
         self.current = None  # weak reference to the _Forward whose statistics the layer holds
@@ -217,7 +217,9 @@ def _load_state(layer, weight, bias, running_mean, running_var, training):
     if running_mean is not None:
         v[_lib.BN_TENSOR_RUNNING_MEAN].copy_(running_mean)
         v[_lib.BN_TENSOR_RUNNING_VAR].copy_(running_var)
-    layer.check(_lib.lib.sbn_bn_set_training(layer.handle, int(training)))
+    if layer.training != training:
+        layer.check(_lib.lib.sbn_bn_set_training(layer.handle, int(training)))
+        layer.training = training
 
 
 class _Record:
@@ -299,32 +301,38 @@ def _push_nbt(layer, nbt):
     layer.nbt_seen = (nbt, nbt._version)
 
 
+def _grad_out(view, dtype):
+    """A gradient autograd may keep: a copy of the library's, in the parameter's dtype."""
+    return view.clone() if view.dtype == dtype else view.to(dtype)
+
+
 class _Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, module, layer):
         layout, x = _layout_of(x)
-        y = _empty_as(x, layout)
+        y = _empty_as(x)
         v = layer.views
-        with torch.no_grad():
-            track = module.track_running_stats
-            _load_state(layer, weight if module.affine else None, bias,
-                        module.running_mean if track else None, module.running_var, module.training)
-            if track:
-                _push_nbt(layer, module.num_batches_tracked)
-            tx, ty = _desc(x, layout), _desc(y, layout)
-            layer.keep_current()
-            layer.set_stream()
-            layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
-            ctx.forward = _Forward(layer, ctx)
-            layer.current = weakref.ref(ctx.forward)
-            if track and module.training:
-                module.running_mean.copy_(v[_lib.BN_TENSOR_RUNNING_MEAN])
-                module.running_var.copy_(v[_lib.BN_TENSOR_RUNNING_VAR])
-                nbt = ctypes.c_int64()
-                layer.check(_lib.lib.sbn_bn_get_num_batches_tracked(layer.handle,
-                                                                   ctypes.byref(nbt)))
-                module.num_batches_tracked.fill_(nbt.value)
-                layer.nbt_seen = (module.num_batches_tracked, module.num_batches_tracked._version)
+        # (autograd runs a Function's forward with gradients off)
+        track, training = module.track_running_stats, module.training
+        buffers = module._buffers  # what getattr would look up, faster
+        rm, rv = (buffers["running_mean"], buffers["running_var"]) if track else (None, None)
+        _load_state(layer, weight if module.affine else None, bias, rm, rv, training)
+        if track:
+            _push_nbt(layer, buffers["num_batches_tracked"])
+        tx, ty = _desc(layer, X, x, layout), _desc(layer, Y, y, layout)
+        layer.keep_current()
+        layer.set_stream()
+        layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
+        ctx.forward = _Forward(layer, ctx)
+        layer.current = weakref.ref(ctx.forward)
+        if track and training:
+            rm.copy_(v[_lib.BN_TENSOR_RUNNING_MEAN])
+            rv.copy_(v[_lib.BN_TENSOR_RUNNING_VAR])
+            count = ctypes.c_int64()
+            layer.check(_lib.lib.sbn_bn_get_num_batches_tracked(layer.handle, ctypes.byref(count)))
+            nbt = buffers["num_batches_tracked"]
+            nbt.fill_(count.value)
+            layer.nbt_seen = (nbt, nbt._version)
         ctx.save_for_backward(x, weight, bias)
         ctx.layer, ctx.layout, ctx.affine = layer, layout, module.affine
         ctx.param_dtype = weight.dtype if weight is not None else None
@@ -338,9 +346,9 @@ class _Function(torch.autograd.Function):
         _make_current(ctx, layer, weight, bias)
         dy = _dense_as(dy.to(x.dtype), ctx.layout)
         need_dx = ctx.needs_input_grad[0]
-        dx = _empty_as(x, ctx.layout) if need_dx else None
-        tx, tdy = _desc(x, ctx.layout), _desc(dy, ctx.layout)
-        tdx = _desc(dx, ctx.layout) if need_dx else None
+        dx = _empty_as(x) if need_dx else None
+        tx, tdy = _desc(layer, X, x, ctx.layout), _desc(layer, Y, dy, ctx.layout)
+        tdx = _desc(layer, DX, dx, ctx.layout) if need_dx else None
         layer.set_stream()
         if ctx.affine:
             layer.check(_lib.lib.sbn_bn_zero_grad(layer.handle))
@@ -350,9 +358,9 @@ class _Function(torch.autograd.Function):
         gw = gb = None
         if ctx.affine:
             if ctx.needs_input_grad[1]:
-                gw = layer.views[_lib.BN_TENSOR_GRAD_WEIGHT].to(ctx.param_dtype, copy=True)
+                gw = _grad_out(layer.views[_lib.BN_TENSOR_GRAD_WEIGHT], ctx.param_dtype)
             if ctx.needs_input_grad[2]:
-                gb = layer.views[_lib.BN_TENSOR_GRAD_BIAS].to(ctx.param_dtype, copy=True)
+                gb = _grad_out(layer.views[_lib.BN_TENSOR_GRAD_BIAS], ctx.param_dtype)
         return dx, gw, gb, None, None
 
 
@@ -405,8 +413,8 @@ class SyncBatchNorm(_BatchNorm):
         modules, as before). A module without parameters or buffers follows
         its input, as PyTorch's does. A float64 input to a float32 module (or
         the reverse) reaches the library, which refuses it on every rank."""
-        state = self.weight if self.affine else (self.running_mean if self.track_running_stats
-                                                 else None)
+        state = (self._parameters["weight"] if self.affine else
+                 self._buffers["running_mean"] if self.track_running_stats else None)
         dtype = state.dtype if state is not None else input.dtype
         return _lib.DTYPE_FLOAT64 if dtype == torch.float64 else _lib.DTYPE_FLOAT32
 
@@ -431,13 +439,16 @@ class SyncBatchNorm(_BatchNorm):
 
     def _check_devices(self, input):
         """PyTorch's rule: parameters, buffers and input on one device."""
-        if input.device.type not in ("cpu", "cuda"):
+        device = input.device
+        if not (input.is_cuda or device.type == "cpu"):
             raise SyncBNError(_lib.STATUS_INVALID_ARGUMENT,
                               "syncbn.torch.SyncBatchNorm: tensors on %s are not supported "
                               "(CPU and CUDA only)" % input.device)
-        for name in ("weight", "bias", "running_mean", "running_var"):
-            t = getattr(self, name)
-            if t is not None and t.device != input.device:
+        params, buffers = self._parameters, self._buffers  # what getattr would look up, faster
+        for name, t in (("weight", params.get("weight")), ("bias", params.get("bias")),
+                        ("running_mean", buffers.get("running_mean")),
+                        ("running_var", buffers.get("running_var"))):
+            if t is not None and t.device != device:
                 raise RuntimeError("syncbn.torch.SyncBatchNorm: expected all tensors to be on "
                                    "the same device, but the input is on %s and %s on %s"
                                    % (input.device, name, t.device))
