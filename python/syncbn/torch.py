@@ -156,7 +156,7 @@ class _Layer:
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.sbn_bn_create(ctypes.byref(handle), ctypes.byref(opt),
                                           group.handle if group else None))
-        self.handle, self.group, self.device = handle, group, device
+        self.handle, self.group, self.device, self.track = handle, group, device, bool(track)
         self.descs = {}  # (role, shape, dtype, layout) -> _lib.Tensor, see _desc
         self.training = None  # the mode last set in the library
         self.cuda = device[0] == _lib.DEVICE_CUDA
@@ -216,6 +216,7 @@ def _load_state(layer, weight, bias, running_mean, running_var, training):
         v[_lib.BN_TENSOR_BIAS].copy_(bias)
     if running_mean is not None:
         v[_lib.BN_TENSOR_RUNNING_MEAN].copy_(running_mean)
+    if running_var is not None:  # (training may update just one of them, as PyTorch's does)
         v[_lib.BN_TENSOR_RUNNING_VAR].copy_(running_var)
     if layer.training != training:
         layer.check(_lib.lib.sbn_bn_set_training(layer.handle, int(training)))
@@ -308,17 +309,19 @@ def _grad_out(view, dtype):
 
 class _Function(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, module, layer):
+    def forward(ctx, x, weight, bias, module, layer, running):
+        """running: the module's (running_mean, running_var) this call uses
+        (SyncBatchNorm._running), or (None, None)."""
         layout, x = _layout_of(x)
         y = _empty_as(x)
         v = layer.views
         # (autograd runs a Function's forward with gradients off)
-        track, training = module.track_running_stats, module.training
-        buffers = module._buffers  # what getattr would look up, faster
-        rm, rv = (buffers["running_mean"], buffers["running_var"]) if track else (None, None)
+        track, training = layer.track, module.training
+        rm, rv = running
+        nbt = module._buffers.get("num_batches_tracked")
         _load_state(layer, weight if module.affine else None, bias, rm, rv, training)
-        if track:
-            _push_nbt(layer, buffers["num_batches_tracked"])
+        if track and nbt is not None:
+            _push_nbt(layer, nbt)
         tx, ty = _desc(layer, X, x, layout), _desc(layer, Y, y, layout)
         layer.keep_current()
         layer.set_stream()
@@ -326,13 +329,21 @@ class _Function(torch.autograd.Function):
         ctx.forward = _Forward(layer, ctx)
         layer.current = weakref.ref(ctx.forward)
         if track and training:
-            rm.copy_(v[_lib.BN_TENSOR_RUNNING_MEAN])
-            rv.copy_(v[_lib.BN_TENSOR_RUNNING_VAR])
-            count = ctypes.c_int64()
-            layer.check(_lib.lib.sbn_bn_get_num_batches_tracked(layer.handle, ctypes.byref(count)))
-            nbt = buffers["num_batches_tracked"]
-            nbt.fill_(count.value)
-            layer.nbt_seen = (nbt, nbt._version)
+            # Without num_batches_tracked, momentum None averages with factor 0
+            # in PyTorch: the running statistics stay.
+            if nbt is not None or module.momentum is not None:
+                if rm is not None:
+                    rm.copy_(v[_lib.BN_TENSOR_RUNNING_MEAN])
+                if rv is not None:
+                    rv.copy_(v[_lib.BN_TENSOR_RUNNING_VAR])
+            if nbt is not None:
+                count = ctypes.c_int64()
+                layer.check(_lib.lib.sbn_bn_get_num_batches_tracked(layer.handle,
+                                                                   ctypes.byref(count)))
+                nbt.fill_(count.value)
+                layer.nbt_seen = (nbt, nbt._version)
+        elif training and module.track_running_stats and nbt is not None:
+            nbt.add_(1)  # running buffers set to None: PyTorch still counts the batch
         ctx.save_for_backward(x, weight, bias)
         ctx.layer, ctx.layout, ctx.affine = layer, layout, module.affine
         ctx.param_dtype = weight.dtype if weight is not None else None
@@ -361,7 +372,7 @@ class _Function(torch.autograd.Function):
                 gw = _grad_out(layer.views[_lib.BN_TENSOR_GRAD_WEIGHT], ctx.param_dtype)
             if ctx.needs_input_grad[2]:
                 gb = _grad_out(layer.views[_lib.BN_TENSOR_GRAD_BIAS], ctx.param_dtype)
-        return dx, gw, gb, None, None
+        return dx, gw, gb, None, None, None
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -413,14 +424,32 @@ class SyncBatchNorm(_BatchNorm):
         modules, as before). A module without parameters or buffers follows
         its input, as PyTorch's does. A float64 input to a float32 module (or
         the reverse) reaches the library, which refuses it on every rank."""
-        state = (self._parameters["weight"] if self.affine else
-                 self._buffers["running_mean"] if self.track_running_stats else None)
+        state = self._parameters.get("weight") if self.affine else None
+        for t in (state, self._buffers.get("running_mean"), self._buffers.get("running_var")):
+            if t is not None:
+                state = t
+                break
         dtype = state.dtype if state is not None else input.dtype
         return _lib.DTYPE_FLOAT64 if dtype == torch.float64 else _lib.DTYPE_FLOAT32
 
-    def _layer(self, group, device, param_dtype=_lib.DTYPE_FLOAT32):
-        key = (id(group), self.eps, self.momentum, self.affine, self.track_running_stats,
-               device, param_dtype)
+    def _running(self):
+        """What PyTorch's BatchNorm decides from the module's state at each
+        call: (batch statistics?, running_mean, running_var), the buffers
+        this call reads or updates (None: not used). Training updates them
+        if track_running_stats; evaluation uses them if they are not None
+        (whatever track_running_stats says), else the batch's statistics."""
+        rm, rv = self._buffers.get("running_mean"), self._buffers.get("running_var")
+        if self.training and not self.track_running_stats:
+            rm = rv = None
+        batch_stats = self.training or (rm is None and rv is None)
+        if not batch_stats and (rm is None or rv is None):
+            raise RuntimeError("%s must be defined in evaluation mode"
+                               % ("running_mean" if rm is None else "running_var"))
+        return batch_stats, rm, rv
+
+    def _layer(self, group, device, param_dtype, track):
+        """The library layer for this call; track: it uses running statistics."""
+        key = (id(group), self.eps, self.momentum, self.affine, track, device, param_dtype)
         layer = self._layers.get(key)
         if layer is None:
             # The library gives each layer made on a group an ordinal, checked in
@@ -433,7 +462,7 @@ class SyncBatchNorm(_BatchNorm):
             # be inference tensors, which later training calls may not write.
             with torch.inference_mode(False):
                 layer = _Layer(self.num_features, self.eps, self.momentum, self.affine,
-                               self.track_running_stats, group, device, param_dtype)
+                               track, group, device, param_dtype)
             self._layers[key] = layer
         return layer
 
@@ -460,10 +489,9 @@ class SyncBatchNorm(_BatchNorm):
         batch without them, as F.batch_norm computes it (the library's values
         to float32 rounding). A training forward is synchronized: under
         torch.jit.trace it raises; torch.compile runs it eagerly."""
-        stats = self.track_running_stats
-        return torch.nn.functional.batch_norm(
-            input, self.running_mean if stats else None, self.running_var if stats else None,
-            self.weight, self.bias, not stats, 0.0, self.eps)
+        batch_stats, rm, rv = self._running()
+        return torch.nn.functional.batch_norm(input, rm, rv, self.weight, self.bias, batch_stats,
+                                              0.0, self.eps)
 
     def forward(self, input):
         if torch.jit.is_tracing() or _is_compiling():
@@ -483,21 +511,22 @@ class SyncBatchNorm(_BatchNorm):
         if device[0] == _lib.DEVICE_CPU:
             _sync_threads()
         group = self._sync_group()
+        batch_stats, rm, rv = self._running()
         if (group is None and input.numel() == 0 and input.dim() >= 2 and
-                input.shape[1] == self.num_features and
-                (self.training or not self.track_running_stats)):
+                input.shape[1] == self.num_features and batch_stats):
             # An empty batch normalized by its own statistics: PyTorch returns an
             # empty output (zero parameter gradients) and counts the batch; the
             # library refuses a count of 0, so this is answered here.
-            if self.training and self.track_running_stats:
-                self.num_batches_tracked.add_(1)
+            nbt = self._buffers.get("num_batches_tracked")
+            if self.training and self.track_running_stats and nbt is not None:
+                nbt.add_(1)
             if not self.affine:
                 return input.clone()
             view = (1, -1) + (1,) * (input.dim() - 2)
             return input * self.weight.view(view) + self.bias.view(view)
-        layer = self._layer(group, device, self._param_dtype(input))
+        layer = self._layer(group, device, self._param_dtype(input), rm is not None or rv is not None)
         try:
-            return _Function.apply(input, self.weight, self.bias, self, layer)
+            return _Function.apply(input, self.weight, self.bias, self, layer, (rm, rv))
         except SyncBNError as e:
             if input.dtype in _DTYPES:
                 raise

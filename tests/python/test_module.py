@@ -535,6 +535,21 @@ def traced():
         check("traced eval model vs the module, another input", rel_err(t(x2), net(x2)), 1e-5)
     expect("the trace holds batch_norm ops, no Python calls",
            "batch_norm" in str(t.inlined_graph) and "PythonOp" not in str(t.inlined_graph))
+    # The buffers decide in eval, as in PyTorch: kept with track_running_stats
+    # False, the running statistics; None, the batch's.
+    ours, ref = sbn.SyncBatchNorm(6), nn.BatchNorm2d(6)
+    ours(torch.randn(4, 6, 3, 3) * 2 + 1)
+    ref.load_state_dict(ours.state_dict())
+    for what, edit in (("track_running_stats False", lambda m: setattr(m, "track_running_stats", False)),
+                       ("running buffers None", lambda m: (setattr(m, "running_mean", None),
+                                                           setattr(m, "running_var", None)))):
+        for m in (ours, ref):
+            edit(m)
+            m.eval()
+        x6, x7 = torch.randn(3, 6, 4, 4), torch.randn(5, 6, 4, 4) * 2 + 1
+        with torch.no_grad():
+            t = torch.jit.trace(ours, x6, check_trace=False)
+            check("traced eval, %s: vs nn.BatchNorm2d" % what, rel_err(t(x7), ref(x7)), 1e-5)
     net.train()
     try:
         torch.jit.trace(net, x, check_trace=False)
@@ -542,6 +557,80 @@ def traced():
     except RuntimeError as e:
         expect("training forward under torch.jit.trace: a clear error", "cannot be traced" in str(e),
                str(e).splitlines()[0][:100])
+
+
+def changed_buffers():
+    """Running buffers set to None, track_running_stats switched after
+    construction, num_batches_tracked removed (test-time adaptation does
+    these): each call decides as PyTorch's BatchNorm does, from the module's
+    state at that call. float64 modules against nn.BatchNorm2d, two training
+    or eval steps each, y, dx, running statistics and num_batches_tracked."""
+    print("changed buffers and flags (float64, against nn.BatchNorm2d):")
+
+    def edits_none(m):
+        m.running_mean = None
+        m.running_var = None
+
+    def edits_var_none(m):
+        m.running_var = None
+
+    def edits_untrack(m):
+        m.track_running_stats = False
+
+    def edits_nbt_none(m):
+        m.num_batches_tracked = None
+
+    def edits_nbt_none_cumulative(m):
+        m.num_batches_tracked = None
+        m.momentum = None
+
+    def edits_tent(m):
+        m.track_running_stats = False
+        m.running_mean = None
+        m.running_var = None
+
+    cases = [("running buffers None", edits_none), ("running_var None", edits_var_none),
+             ("track_running_stats set False", edits_untrack),
+             ("num_batches_tracked None", edits_nbt_none),
+             ("num_batches_tracked None, momentum None", edits_nbt_none_cumulative),
+             ("track False and buffers None (TENT)", edits_tent)]
+    warm = torch.randn(5, 4, 3, 3, dtype=torch.float64) * 3 - 2
+    for name, edit in cases:
+        for training in (True, False):
+            if not training and edit is edits_var_none:
+                continue  # an error in PyTorch, checked below
+            ref, ours = nn.BatchNorm2d(4).double(), sbn.SyncBatchNorm(4).double()
+            ref(warm)
+            ours.load_state_dict(ref.state_dict())
+            for m in (ref, ours):
+                edit(m)
+                m.train(training)
+            err = 0.0
+            for step in range(2):
+                x = (torch.randn(6, 4, 3, 3, dtype=torch.float64) * (step + 1) + 1).requires_grad_()
+                xr = x.detach().clone().requires_grad_()
+                g = torch.randn(6, 4, 3, 3, dtype=torch.float64)
+                ours(x).backward(g)
+                yr = ref(xr)
+                yr.backward(g)
+                err = max(err, rel_err(ours(x.detach()), ref(xr.detach())) if not training else 0.0,
+                          rel_err(x.grad, xr.grad))
+                for a, b in zip(list(ours.buffers()), list(ref.buffers())):
+                    err = max(err, rel_err(a.double(), b.double()))
+                if len(list(ours.buffers())) != len(list(ref.buffers())):
+                    err = float("inf")
+            check("%s, %s: dx, buffers" % (name, "train" if training else "eval"), err, 1e-12)
+    ref, ours = nn.BatchNorm2d(4), sbn.SyncBatchNorm(4)
+    msgs = []
+    for m in (ref, ours):
+        m.running_var = None
+        m.eval()
+        try:
+            m(torch.randn(2, 4, 3, 3))
+            msgs.append("no error")
+        except RuntimeError as e:
+            msgs.append(str(e))
+    expect("eval with running_var None: PyTorch's error", msgs[0] == msgs[1], " / ".join(msgs))
 
 
 if __name__ == "__main__":
@@ -553,6 +642,7 @@ if __name__ == "__main__":
     state_dicts()
     convert_revert()
     errors()
+    changed_buffers()
     compiled()
     traced()
     finish("syncbn.torch single-process")
