@@ -382,7 +382,7 @@ def errors():
     # Without CUDA support the library answers NOT_BUILT; with it but without a
     # GPU, a clear error naming the missing device; with a GPU the layer exists.
     try:
-        m._layer(None, (1, 0))
+        m._layer(None, (1, 0), syncbn._lib.DTYPE_FLOAT32, True)
         expect("CUDA layer: created (this machine has a GPU)", True, "")
     except syncbn.SyncBNError as e:
         expect("CUDA layer without CUDA support or without a GPU",
