@@ -29,12 +29,12 @@ also waits once to read num_batches_tracked, which the library keeps on the
 GPU.
 """
 import ctypes
+import functools
 import os
 import weakref
 
 import torch
 import torch.distributed as dist
-from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from . import _lib
@@ -307,11 +307,57 @@ def _grad_out(view, dtype):
     return view.clone() if view.dtype == dtype else view.to(dtype)
 
 
+_TWICE = ("syncbn.torch.SyncBatchNorm cannot be differentiated twice (its backward runs in "
+          "libsyncbn): a second-order gradient through it (create_graph=True with a gradient "
+          "penalty, gradgradcheck, ...) is not supported")
+
+
+class _SecondOrder(torch.autograd.Function):
+    """Under create_graph=True: the layer's gradients, tied to what they
+    depend on (x, weight, bias, the incoming gradient), so that a second
+    backward that needs any of those reaches this node and raises."""
+
+    @staticmethod
+    def forward(ctx, grads, *depends_on):
+        return tuple(grads)
+
+    @staticmethod
+    def backward(ctx, *unused):
+        raise RuntimeError(_TWICE)
+
+
+def _first_order_only(backward):
+    """The library's backward is not itself differentiable: under
+    create_graph=True its gradients raise when differentiated. (torch's
+    once_differentiable ties them to the incoming gradient only: a gradient
+    penalty taken with torch.autograd.grad, whose incoming gradient is a
+    constant, would silently miss this layer's second-order terms.)"""
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        with torch.no_grad():
+            outputs = backward(ctx, *grads)
+        if not torch.is_grad_enabled():
+            return outputs
+        deps = [t for t in tuple(ctx.saved_tensors) + grads
+                if isinstance(t, torch.Tensor) and t.requires_grad]
+        present = [i for i, t in enumerate(outputs) if t is not None]
+        if not deps or not present:
+            return outputs
+        tied = _SecondOrder.apply([outputs[i] for i in present], *deps)
+        out = list(outputs)
+        for i, t in zip(present, tied if isinstance(tied, tuple) else (tied,)):
+            out[i] = t
+        return tuple(out)
+    return wrapper
+
+
 class _Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, module, layer, running):
         """running: the module's (running_mean, running_var) this call uses
         (SyncBatchNorm._running), or (None, None)."""
+        x_in = x  # saved: under create_graph, x's own graph (_first_order_only)
         layout, x = _layout_of(x)
         y = _empty_as(x)
         v = layer.views
@@ -344,15 +390,16 @@ class _Function(torch.autograd.Function):
                 layer.nbt_seen = (nbt, nbt._version)
         elif training and module.track_running_stats and nbt is not None:
             nbt.add_(1)  # running buffers set to None: PyTorch still counts the batch
-        ctx.save_for_backward(x, weight, bias)
+        ctx.save_for_backward(x_in, weight, bias)
         ctx.layer, ctx.layout, ctx.affine = layer, layout, module.affine
         ctx.param_dtype = weight.dtype if weight is not None else None
         return y
 
     @staticmethod
-    @once_differentiable  # the library's backward is not itself differentiable: a clear error
+    @_first_order_only
     def backward(ctx, dy):
         x, weight, bias = ctx.saved_tensors
+        x = _layout_of(x)[1]  # x itself unless forward made a dense copy
         layer = ctx.layer
         _make_current(ctx, layer, weight, bias)
         dy = _dense_as(dy.to(x.dtype), ctx.layout)

@@ -474,7 +474,26 @@ def errors():
         g.sum().backward()
         expect("double backward: a clear error", False, "no exception")
     except RuntimeError as e:
-        expect("double backward: a clear error", "differentiate twice" in str(e), str(e).splitlines()[0])
+        expect("double backward: a clear error", "differentiated twice" in str(e), str(e).splitlines()[0])
+    # A gradient penalty through torch.autograd.grad: the incoming gradient is
+    # a constant, the second-order terms are this layer's own; refused too.
+    lin = nn.Linear(3, 3).double()
+    mp = sbn.SyncBatchNorm(3).double()
+    xg = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+    g, = torch.autograd.grad(mp(lin(xg)).tanh().sum(), xg, create_graph=True)
+    try:
+        torch.autograd.grad(g.square().sum(), [lin.weight, mp.weight], allow_unused=True)
+        expect("gradient penalty through the layer: a clear error", False, "no exception")
+    except RuntimeError as e:
+        expect("gradient penalty through the layer: a clear error", "differentiated twice" in str(e),
+               str(e).splitlines()[0])
+    # create_graph=True with no second backward: the first-order gradients as without it.
+    grads = []
+    for create_graph in (False, True):
+        grads.append([t.detach() for t in torch.autograd.grad(
+            mp(lin(xg)).tanh().sum(), [xg, mp.weight, lin.weight], create_graph=create_graph)])
+    check("create_graph=True, first order: dx, dweight as without it",
+          max(rel_err(a, b) for a, b in zip(*grads)), 0.0)
 
 
 def compiled():
