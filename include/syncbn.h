@@ -241,7 +241,7 @@ typedef struct sbn_bn sbn_bn;
 
 typedef struct sbn_bn_options {
   int64_t num_features;    /* C > 0 */
-  double eps;              /* > 0; default 1e-5 */
+  double eps;              /* >= 0 and finite; default 1e-5 */
   double momentum;         /* in [0, 1] or SBN_MOMENTUM_CUMULATIVE; default 0.1 */
   int affine;              /* learnable weight (init 1) and bias (init 0); default 1 */
   int track_running_stats; /* running_mean (0), running_var (1), nbt (0); default 1 */

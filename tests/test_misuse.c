@@ -124,11 +124,16 @@ static int local_checks(void) {
   int bad = 0;
   sbn_bn *bn = NULL;
   sbn_bn_options o = sbn_bn_options_default(3);
-  struct { const char *what; sbn_status want; sbn_status got; } cases[16];
+  struct { const char *what; sbn_status want; sbn_status got; } cases[24];
   int n = 0;
 #define CASE(what_, want_, expr_) cases[n++] = (typeof(cases[0])){what_, want_, (expr_)}
-  o.eps = 0;
-  CASE("eps = 0", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_create(&bn, &o, NULL));
+  o.eps = -1e-5;
+  CASE("eps = -1e-5", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_create(&bn, &o, NULL));
+  o.eps = NAN;
+  CASE("eps = NaN", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_create(&bn, &o, NULL));
+  o.eps = 0; /* PyTorch accepts it */
+  CASE("eps = 0", SBN_STATUS_OK, sbn_bn_create(&bn, &o, NULL));
+  sbn_bn_destroy(bn), bn = NULL;
   o = sbn_bn_options_default(3), o.momentum = 1.5;
   CASE("momentum 1.5", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_create(&bn, &o, NULL));
   o = sbn_bn_options_default(3), o.device.type = SBN_DEVICE_CUDA;

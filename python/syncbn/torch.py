@@ -74,14 +74,27 @@ def _cl_perm(ndim):
 
 
 def _layout_of(x):
-    """(layout, dense x): channels-first or channels-last memory order."""
+    """(layout, dense x): channels-first or channels-last memory order. A
+    tensor that is not dense is copied in the order its strides suggest
+    (PyTorch's output keeps a channels_last input's format, sliced or not)."""
+    if x.is_neg():  # a lazy negation (a view's bit the data do not carry)
+        x = x.resolve_neg()
     if x.numel() == 0:  # no data: keep the caller's strides (both checks pass)
         return _lib.LAYOUT_CHANNELS_FIRST, x
     if x.dim() <= 2 or x.is_contiguous():
         return _lib.LAYOUT_CHANNELS_FIRST, x.contiguous()
     if x.permute(_cl_perm(x.dim())).is_contiguous():
         return _lib.LAYOUT_CHANNELS_LAST, x
+    if x.dim() >= 4 and _strides_descend(x, _cl_perm(x.dim())) and \
+            not _strides_descend(x, range(x.dim())):
+        return _lib.LAYOUT_CHANNELS_LAST, _dense_as(x, _lib.LAYOUT_CHANNELS_LAST)
     return _lib.LAYOUT_CHANNELS_FIRST, x.contiguous()
+
+
+def _strides_descend(x, order):
+    """Do x's strides descend along `order` (dims of size 1 aside)?"""
+    strides = [x.stride(d) for d in order if x.shape[d] > 1]
+    return all(a >= b for a, b in zip(strides, strides[1:]))
 
 
 def _empty_as(x):
@@ -90,6 +103,8 @@ def _empty_as(x):
 
 
 def _dense_as(t, layout):
+    if t.is_neg():
+        t = t.resolve_neg()
     if layout == _lib.LAYOUT_CHANNELS_FIRST or t.dim() <= 2:
         return t.contiguous()
     perm = _cl_perm(t.dim())
@@ -121,7 +136,12 @@ def _desc(layer, role, t, layout):
         d = layer.descs[key] = _lib.Tensor(None, t.dim(), _Shape(*t.shape[:_lib.MAX_DIMS]),
                                            _DTYPES.get(t.dtype, -1), layout,
                                            _lib.Device(*layer.device))
-    d.data = t.data_ptr() or None
+    try:
+        d.data = t.data_ptr() or None
+    except RuntimeError as e:  # a tensor without storage: vmap's batched tensors
+        raise RuntimeError("syncbn.torch.SyncBatchNorm: its work runs in libsyncbn on tensors with "
+                           "storage; it cannot run under vmap / torch.func transforms or "
+                           "torch.autograd.functional.jacobian(vectorize=True) (%s)" % e) from None
     return d
 
 

@@ -72,8 +72,8 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
   if (o->num_features <= 0)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_create: num_features must be > 0, got %lld",
                     (long long)o->num_features);
-  if (!(o->eps > 0) || !isfinite(o->eps))
-    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_create: eps must be > 0, got %g", o->eps);
+  if (!(o->eps >= 0) || !isfinite(o->eps)) /* 0 allowed, as in PyTorch */
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_create: eps must be finite and >= 0, got %g", o->eps);
   if (o->momentum != SBN_MOMENTUM_CUMULATIVE && !(o->momentum >= 0 && o->momentum <= 1))
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "sbn_bn_create: momentum must be in [0, 1] or SBN_MOMENTUM_CUMULATIVE, got %g",

@@ -639,6 +639,29 @@ def changed_buffers():
                 if len(list(ours.buffers())) != len(list(ref.buffers())):
                     err = float("inf")
             check("%s, %s: dx, buffers" % (name, "train" if training else "eval"), err, 1e-12)
+    # A lazily negated view (its data unnegated, a bit says so) is read negated.
+    x = torch.randn(3, 4, 2, 2, dtype=torch.float64)
+    xn = x._neg_view() if hasattr(x, "_neg_view") else -x
+    ref, ours = nn.BatchNorm2d(4).double(), sbn.SyncBatchNorm(4).double()
+    check("a negated view: y and running_mean vs nn.BatchNorm2d",
+          max(rel_err(ours(xn), ref(-x)), rel_err(ours.running_mean, ref.running_mean)), 1e-12)
+    # A channels_last input that is not dense (sliced): a channels_last output, as PyTorch's.
+    xs = torch.randn(5, 6, 4, 4).contiguous(memory_format=torch.channels_last)[:, 1:5]
+    y = sbn.SyncBatchNorm(4)(xs)
+    expect("a sliced channels_last input gives a channels_last output",
+           y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous())
+    # vmap's batched tensors have no storage: a clear error.
+    try:
+        torch.autograd.functional.jacobian(sbn.SyncBatchNorm(2).double(),
+                                           torch.randn(3, 2, dtype=torch.float64), vectorize=True)
+        expect("jacobian(vectorize=True): a clear error", False, "no exception")
+    except RuntimeError as e:
+        expect("jacobian(vectorize=True): a clear error", "vectorize" in str(e), str(e)[:90])
+    # eps = 0 is accepted, as PyTorch accepts it.
+    ref, ours = nn.BatchNorm2d(4, eps=0.0).double(), sbn.SyncBatchNorm(4, eps=0.0).double()
+    x = torch.randn(3, 4, 2, 2, dtype=torch.float64) * 2 + 1
+    check("eps = 0: y and running_var vs nn.BatchNorm2d",
+          max(rel_err(ours(x), ref(x)), rel_err(ours.running_var, ref.running_var)), 1e-12)
     ref, ours = nn.BatchNorm2d(4), sbn.SyncBatchNorm(4)
     msgs = []
     for m in (ref, ours):
