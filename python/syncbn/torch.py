@@ -491,13 +491,16 @@ class SyncBatchNorm(_BatchNorm):
         modules, as before). A module without parameters or buffers follows
         its input, as PyTorch's does. A float64 input to a float32 module (or
         the reverse) reaches the library, which refuses it on every rank."""
-        state = self._parameters.get("weight") if self.affine else None
-        for t in (state, self._buffers.get("running_mean"), self._buffers.get("running_var")):
-            if t is not None:
-                state = t
-                break
-        dtype = state.dtype if state is not None else input.dtype
+        dtype = self._state_dtype(input)
         return _lib.DTYPE_FLOAT64 if dtype == torch.float64 else _lib.DTYPE_FLOAT32
+
+    def _state_dtype(self, input):
+        """The dtype of the module's parameters (or running buffers; else the input's)."""
+        for t in (self._parameters.get("weight") if self.affine else None,
+                  self._buffers.get("running_mean"), self._buffers.get("running_var")):
+            if t is not None:
+                return t.dtype
+        return input.dtype
 
     def _running(self):
         """What PyTorch's BatchNorm decides from the module's state at each
@@ -595,6 +598,11 @@ class SyncBatchNorm(_BatchNorm):
         try:
             return _Function.apply(input, self.weight, self.bias, self, layer, (rm, rv))
         except SyncBNError as e:
+            if "param_dtype" in e.detail:  # the library's advice is for C callers
+                raise type(e)(e.code, "syncbn.torch.SyncBatchNorm: the input is %s but the module's "
+                              "parameters and buffers are %s; convert the input or the module "
+                              "(module.double(), module.float()), as torch.nn.BatchNorm requires"
+                              % (input.dtype, self._state_dtype(input))) from None
             if input.dtype in _DTYPES:
                 raise
             # The library refused it on every rank; name the dtype as torch does.

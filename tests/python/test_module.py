@@ -362,10 +362,10 @@ def errors():
     raises("wrong C", lambda: m(torch.randn(2, 3, 5)), "SBN_STATUS_INVALID_ARGUMENT", "num_features = 4")
     raises("float64 input to a float32 module (PyTorch raises too)",
            lambda: m(torch.randn(2, 4, 5, dtype=torch.float64)),
-           "SBN_STATUS_INVALID_ARGUMENT", "x is float64 but the layer's parameters are float32")
+           "SBN_STATUS_INVALID_ARGUMENT", "the input is torch.float64 but the module's parameters and buffers are torch.float32")
     m64 = sbn.SyncBatchNorm(4).double()
     raises("float32 input to a float64 module", lambda: m64(torch.randn(2, 4, 5)),
-           "SBN_STATUS_INVALID_ARGUMENT", "x is float32 but the layer's parameters are float64")
+           "SBN_STATUS_INVALID_ARGUMENT", "the input is torch.float32 but the module's parameters and buffers are torch.float64")
     expect("... which changes no state", int(m64.num_batches_tracked) == 0 and
            torch.equal(m64.running_var, torch.ones(4, dtype=torch.float64)))
     raises("one value per channel in training", lambda: m(torch.randn(1, 4)),
