@@ -472,6 +472,12 @@ class SyncBatchNorm(_BatchNorm):
     def _check_input_dim(self, input):
         pass  # the library checks (2-D..5-D, C), on every rank of the group
 
+    def __prepare_scriptable__(self):  # torch.jit.script asks each module first
+        raise RuntimeError("syncbn.torch.SyncBatchNorm cannot be scripted (torch.jit.script): its "
+                           "work runs in libsyncbn. For an evaluation model, trace it in eval mode "
+                           "(torch.jit.trace) or call syncbn.torch.revert_sync_batchnorm(model) "
+                           "first")
+
     def __getstate__(self):  # library handles are not copied (deepcopy, pickling)
         state = self.__dict__.copy()
         state["_layers"] = {}

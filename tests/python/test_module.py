@@ -657,6 +657,12 @@ def changed_buffers():
         expect("jacobian(vectorize=True): a clear error", False, "no exception")
     except RuntimeError as e:
         expect("jacobian(vectorize=True): a clear error", "vectorize" in str(e), str(e)[:90])
+    # torch.jit.script: refused by name, with what to do instead.
+    try:
+        torch.jit.script(nn.Sequential(nn.Conv2d(3, 4, 1), sbn.SyncBatchNorm(4)))
+        expect("torch.jit.script: a clear error", False, "no exception")
+    except RuntimeError as e:
+        expect("torch.jit.script: a clear error", "cannot be scripted" in str(e), str(e)[:80])
     # eps = 0 is accepted, as PyTorch accepts it.
     ref, ours = nn.BatchNorm2d(4, eps=0.0).double(), sbn.SyncBatchNorm(4, eps=0.0).double()
     x = torch.randn(3, 4, 2, 2, dtype=torch.float64) * 2 + 1
