@@ -54,6 +54,11 @@ MODULE_CASES = [  # name, spatial, channels_last, dtype, momentum, affine, track
     ("4-D float64 (module.double()) channels_last", (5, 4), True, torch.float64, 0.1, True, True),
     ("3-D float64, momentum None, affine off", (7,), False, torch.float64, None, False, True),
 ]
+# Made with running statistics, then running_mean/var set to None (test-time
+# adaptation does this): PyTorch then normalizes with the batch's statistics in
+# training and in eval, like a layer without them, but still counts batches.
+DROPPED_BUFFERS = "4-D, running buffers set to None after construction"
+MODULE_CASES.append((DROPPED_BUFFERS, (5, 4), False, torch.float32, 0.1, True, False))
 C_MODULE = 3
 TIMEOUT_S = 240
 TOL_TRAIN = 1e-5  # justified in compare_training
@@ -126,7 +131,11 @@ def train(model, P, rank, channels_last, distributed, two_views=False):
 def module_case(rank, P, idx, case):
     name, spatial, cl, dtype, momentum, affine, track = case
     split = MODULE_SPLITS[P]
-    m = sbn.SyncBatchNorm(C_MODULE, momentum=momentum, affine=affine, track_running_stats=track)
+    dropped = name == DROPPED_BUFFERS
+    m = sbn.SyncBatchNorm(C_MODULE, momentum=momentum, affine=affine,
+                          track_running_stats=track or dropped)
+    if dropped:
+        m.running_mean = m.running_var = None
     if dtype == torch.float64:
         m = m.double()
     if affine:
@@ -158,6 +167,7 @@ def module_case(rank, P, idx, case):
             out["gw"].append(m.weight.grad.clone()), out["gb"].append(m.bias.grad.clone())
     if track:
         out["rm"], out["rv"] = m.running_mean.clone(), m.running_var.clone()
+    if track or dropped:
         out["nbt"] = int(m.num_batches_tracked)
     return out
 
@@ -355,6 +365,7 @@ def run(P):
                   tol_state)
             expect("    running stats in the module's dtype", all(r["module"][idx]["rm"].dtype == (
                 torch.float64 if dtype == torch.float64 else torch.float32) for r in res))
+        if track or name == DROPPED_BUFFERS:
             expect("    num_batches_tracked == 3", all(r["module"][idx]["nbt"] == 3 for r in res))
         expect("    training forward communicates, eval forward does not",
                all(r["module"][idx]["train_calls"] > 0 and r["module"][idx]["eval_calls"] == 0 for r in res),
