@@ -144,8 +144,9 @@ static void groups_local(void) {
 }
 
 /* ---- collectives with bad arguments: every rank fails ---- */
-static sbn_status coll_st[2][8];
-static char coll_msg[2][8][160];
+enum { NCOLL = 9 };
+static sbn_status coll_st[2][NCOLL];
+static char coll_msg[2][NCOLL][160];
 static int coll_rank(sbn_group *w, void *a) {
   (void)a;
   const int r = sbn_group_rank(w);
@@ -163,16 +164,19 @@ static int coll_rank(sbn_group *w, void *a) {
   REC(sbn_group_new(&sub, w, 2, dup));
   REC(sbn_group_new(&sub, w, 2, out_of_range));
   REC(sbn_group_new(&sub, w, -1, dup));
+  /* a count whose bytes wrap size_t, on rank 1 only (rank 0 a valid one) */
+  REC(sbn_group_allreduce(w, v, r ? SIZE_MAX / 8 + 2 : 4, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM));
   return 0;
 }
 static void collectives(void) {
   memset(coll_st, 0, sizeof coll_st);
   sbn_status st = sbn_team_run(2, coll_rank, NULL);
-  static const char *const what[8] = {"allreduce int64 dtype",  "allreduce unknown op", "allreduce NULL buf on rank 0",
-                                      "broadcast root 2 of 2",  "broadcast root -1",    "group_new duplicate ranks",
-                                      "group_new rank 5 of 2",  "group_new n = -1"};
+  static const char *const what[NCOLL] = {
+      "allreduce int64 dtype",  "allreduce unknown op", "allreduce NULL buf on rank 0",
+      "broadcast root 2 of 2",  "broadcast root -1",    "group_new duplicate ranks",
+      "group_new rank 5 of 2",  "group_new n = -1",     "allreduce count wraps size_t (rank 1)"};
   TRUE(st == SBN_STATUS_OK);
-  for (int k = 0; k < 8; k++)
+  for (int k = 0; k < NCOLL; k++)
     for (int r = 0; r < 2; r++) {
       int ok = coll_st[r][k] != SBN_STATUS_OK && coll_msg[r][k][0];
       cases++, failures += !ok;

@@ -152,6 +152,9 @@ sbn_status sbn_group_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype 
   else if (!buf && count)
     sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                                      "sbn_group_allreduce: buf is NULL with count %zu", count));
+  else if (count > (size_t)INT64_MAX / 8) /* its bytes (and the backends' encodings) would wrap */
+    sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                                     "sbn_group_allreduce: count %zu is larger than any buffer", count));
   if (sig.status != SBN_STATUS_OK) count = 0; /* still take part, carry the error */
   return g->ops->allreduce(g, buf, count, dtype, &sig);
 }
