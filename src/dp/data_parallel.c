@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/tensor.h"
 #include "buckets.h"
 #include "comm_worker.h"
 #include "dp_testhook.h"
@@ -105,6 +106,66 @@ static sbn_status agree(sbn_group *g, sbn_status local, const char *what) {
   return SBN_STATUS_OK;
 }
 
+/* What rank 0's broadcast of an entry assumes of the other ranks' entry. */
+typedef struct {
+  uint64_t name_hash;
+  int64_t numel, dtype;
+} entry_desc;
+
+static uint64_t name_hash(const char *s) { /* FNV-1a */
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* Before rank 0's state overwrites anyone's: do all ranks hold the same
+ * entries (names, sizes, dtypes)? Rank 0's list goes to all (two
+ * broadcasts: its length, then the list), each rank compares its own, and
+ * one agreement lets every rank fail together, naming the first entry that
+ * differs on the rank that differs, before any state has moved. */
+static sbn_status same_entries(sbn_group *g, const sbn_dp *dp, const sbn_nn_entry *entries, int nentries) {
+  static const char call[] = "sbn_dp_wrap";
+  int n = 0;
+  for (int i = 0; i < nentries; i++) n += !ignored(&dp->opt, entries[i].name);
+  entry_desc *mine = calloc((size_t)n + 1, sizeof *mine);
+  if (!mine) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  const sbn_nn_entry **which = calloc((size_t)n + 1, sizeof *which);
+  int k = 0;
+  for (int i = 0; which && i < nentries; i++)
+    if (!ignored(&dp->opt, entries[i].name))
+      which[k] = &entries[i], mine[k++] = (entry_desc){name_hash(entries[i].name), entries[i].numel, entries[i].dtype};
+  int64_t n0 = n;
+  sbn_status st = which ? sbn_group_broadcast(g, &n0, sizeof n0, 0)
+                        : sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  entry_desc *theirs = NULL;
+  if (st == SBN_STATUS_OK) {
+    theirs = n0 >= 0 && (uint64_t)n0 < SIZE_MAX / sizeof *theirs ? calloc((size_t)n0 + 1, sizeof *theirs) : NULL;
+    if (theirs && sbn_group_rank(g) == 0) memcpy(theirs, mine, sizeof *mine * (size_t)n);
+    /* a rank that cannot hold the list still takes part (it fails after) */
+    entry_desc spare;
+    st = sbn_group_broadcast(g, theirs ? (void *)theirs : (void *)&spare,
+                             theirs ? sizeof *theirs * (size_t)n0 : 0, 0);
+    if (st == SBN_STATUS_OK && !theirs) st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  }
+  if (st == SBN_STATUS_OK) {
+    for (int i = 0; i < n && i < n0 && st == SBN_STATUS_OK; i++)
+      if (mine[i].name_hash != theirs[i].name_hash || mine[i].numel != theirs[i].numel ||
+          mine[i].dtype != theirs[i].dtype)
+        st = sbn_fail(SBN_STATUS_MISMATCH,
+                      "%s: this rank's model differs from rank 0's at state entry #%d: '%s' holds %lld %s "
+                      "values, rank 0's entry #%d %lld %s values%s",
+                      call, i, which[i]->name, (long long)mine[i].numel, sbn_dtype_name((sbn_dtype)mine[i].dtype),
+                      i, (long long)theirs[i].numel, sbn_dtype_name((sbn_dtype)theirs[i].dtype),
+                      mine[i].name_hash != theirs[i].name_hash ? " under another name" : "");
+    if (st == SBN_STATUS_OK && n != n0)
+      st = sbn_fail(SBN_STATUS_MISMATCH, "%s: this rank's model has %d state entries, rank 0's %lld%s%s%s", call, n,
+                    (long long)n0, n > n0 ? " (the first extra: '" : "", n > n0 ? which[n0]->name : "",
+                    n > n0 ? "')" : "");
+  }
+  free(theirs), free(which), free(mine);
+  return agree(g, st, "sbn_dp_wrap: the ranks' models");
+}
+
 static void dp_free(sbn_dp *dp) {
   if (!dp) return;
   sbn_worker_stop(dp->worker);
@@ -171,6 +232,7 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
     if (!dp->params || !dp->child_index) st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   }
   st = agree(group, st, call);
+  if (st == SBN_STATUS_OK) st = same_entries(group, dp, entries, nentries);
 
   /* Every rank starts from rank 0's state. */
   for (int i = 0; st == SBN_STATUS_OK && i < nentries; i++) {
