@@ -57,7 +57,8 @@ const char *sbn_shape_str(char *buf, size_t cap, const sbn_tensor *t) {
 }
 
 static const char *device_str(char *buf, size_t cap, sbn_device d) {
-  if (d.type == SBN_DEVICE_CPU) snprintf(buf, cap, "cpu");
+  if (d.type == SBN_DEVICE_CPU && d.index == 0) snprintf(buf, cap, "cpu");
+  else if (d.type == SBN_DEVICE_CPU) snprintf(buf, cap, "cpu:%d", d.index);
   else if (d.type == SBN_DEVICE_CUDA) snprintf(buf, cap, "cuda:%d", d.index);
   else snprintf(buf, cap, "device type %d", (int)d.type);
   return buf;

@@ -89,6 +89,9 @@ static double *alloc_doubles(size_t n) {
 }
 
 static sbn_status cpu_create(sbn_dev_layer *L, const char *call) {
+  if (L->opt.device.index != 0) /* inputs say cpu:0; another index would refuse them all */
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: the CPU device has index 0, got %d", call,
+                    L->opt.device.index);
   const size_t C = (size_t)L->opt.num_features;
   cpu_layer *k = calloc(1, sizeof *k);
   L->impl = k;
