@@ -136,6 +136,8 @@ static int local_checks(void) {
   sbn_bn_destroy(bn), bn = NULL;
   o = sbn_bn_options_default(3), o.momentum = 1.5;
   CASE("momentum 1.5", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_create(&bn, &o, NULL));
+  o = sbn_bn_options_default(INT64_C(1) << 62);
+  CASE("num_features 2^62", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_create(&bn, &o, NULL));
   o = sbn_bn_options_default(3), o.device.index = 3;
   CASE("CPU layer with device index 3", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_create(&bn, &o, NULL));
   o = sbn_bn_options_default(3), o.device.type = SBN_DEVICE_CUDA;

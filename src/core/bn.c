@@ -72,6 +72,12 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
   if (o->num_features <= 0)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_create: num_features must be > 0, got %lld",
                     (long long)o->num_features);
+  /* Past 2^48 channels (2 PiB a state tensor) the devices' per-channel
+   * sizes could wrap; no memory holds such a layer anyway. */
+  if (o->num_features > (INT64_C(1) << 48))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "sbn_bn_create: num_features = %lld is more than any memory holds (at most 2^48)",
+                    (long long)o->num_features);
   if (!(o->eps >= 0) || !isfinite(o->eps)) /* 0 allowed, as in PyTorch */
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_bn_create: eps must be finite and >= 0, got %g", o->eps);
   if (o->momentum != SBN_MOMENTUM_CUMULATIVE && !(o->momentum >= 0 && o->momentum <= 1))

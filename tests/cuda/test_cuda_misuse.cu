@@ -3,7 +3,7 @@
 //  - a CPU tensor given to a CUDA layer, a CUDA tensor given to a CPU layer,
 //    a tensor of another device index;
 //  - a layer on a device that does not exist, a float64 layer (CPU only),
-//    2^62 and 2^40 channels (out of memory, not a crash), a
+//    2^62 channels (refused) and 2^40 (out of memory, not a crash), a
 //    float64 tensor given to a (float32) CUDA layer; with two GPUs, memory or a
 //    stream of the other GPU, and the caller's current device kept;
 //  - on 3 thread ranks sharing the GPU (host-staged group): one rank's bad
@@ -101,8 +101,8 @@ static void single_rank(int ngpu) {
   f64.param_dtype = SBN_DTYPE_FLOAT64;
   expect("a float64 layer on cuda:0", sbn_bn_create(&none, &f64, NULL), SBN_STATUS_UNSUPPORTED, "CPU only");
   sbn_bn_options huge = o;
-  huge.num_features = INT64_C(1) << 62; // sizes that wrap: out of memory, not a crash
-  expect("2^62 channels on cuda:0", sbn_bn_create(&none, &huge, NULL), SBN_STATUS_OUT_OF_MEMORY, "out of memory");
+  huge.num_features = INT64_C(1) << 62; // sizes that would wrap: refused before the device sees them
+  expect("2^62 channels on cuda:0", sbn_bn_create(&none, &huge, NULL), SBN_STATUS_INVALID_ARGUMENT, "at most 2^48");
   huge.num_features = INT64_C(1) << 40; // no wrap: the allocation itself fails
   expect("2^40 channels on cuda:0", sbn_bn_create(&none, &huge, NULL), SBN_STATUS_OUT_OF_MEMORY, "out of memory");
   sbn_tensor dx64 = tx, dy64 = ty;
