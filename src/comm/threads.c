@@ -111,6 +111,19 @@ static void spin_wait(rendezvous *rv, uint64_t my_gen) {
   }
 }
 
+/* Break the group from outside a collective: every rank waiting to arrive
+ * in one, and every later call, fails with `st` and the message. */
+static void rv_break(rendezvous *rv, sbn_status st, const char *msg) {
+  pthread_mutex_lock(&rv->mu);
+  if (!rv->broken) {
+    snprintf(rv->broken_msg, sizeof rv->broken_msg, "%s", msg);
+    rv->broken_status = st;
+    __atomic_store_n(&rv->broken, 1, __ATOMIC_RELEASE); /* read unlocked by spin_wait */
+  }
+  pthread_cond_broadcast(&rv->cv);
+  pthread_mutex_unlock(&rv->mu);
+}
+
 /* Wait until every rank of the group has reached this phase.
  *
  * Only the first phase of a collective (`arrival`) can time out: once every
@@ -457,16 +470,19 @@ sbn_status sbn_team_run(int size, sbn_rank_fn fn, void *arg) {
     free(args), free(tids), sbn_team_destroy(team);
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_team_run: out of memory");
   }
-  int started = 0;
+  int started = 0, err = 0;
   for (; started < size; started++) {
     args[started] = (run_arg){team, started, fn, arg, 0, ""};
-    if (pthread_create(&tids[started], NULL, run_rank, &args[started]) != 0) break;
+    if ((err = pthread_create(&tids[started], NULL, run_rank, &args[started])) != 0) break;
   }
+  char why[160];
+  snprintf(why, sizeof why, "sbn_team_run: could only start %d of %d threads (pthread_create: %s)", started,
+           size, strerror(err));
+  /* The ranks that run would wait for the others until their timeout. */
+  if (started < size) rv_break(team->world, SBN_STATUS_GROUP_BROKEN, why);
   for (int r = 0; r < started; r++) pthread_join(tids[r], NULL);
   sbn_status result = SBN_STATUS_OK;
-  if (started < size)
-    result = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_team_run: could only start %d of %d threads",
-                      started, size);
+  if (started < size) result = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s", why);
   /* The lowest failing rank's status and message, naming the rank (a
    * return value that is no status becomes INTERNAL, with the value). */
   for (int r = 0; r < started && result == SBN_STATUS_OK; r++)
