@@ -48,7 +48,8 @@ SAN_QUICK_ASAN_CMDS := cmd:build-asan/tests/dp/test_dp_wrap_faults
 SAN_QUICK_ASAN_BUILD := $(SAN_QUICK_ASAN:%=build-asan/tests/%) build-asan/tests/dp/test_dp_wrap_faults \
                         build-asan/tests/torch_peer
 SAN_QUICK_TSAN := test_groups test_misuse test_empty test_first_call test_records
-SAN_QUICK_TSAN_CMDS := cmd:build-tsan/tests/dp/test_dp_wrap cmd:build-tsan/tests/dp/test_dp_wrap_faults
+SAN_QUICK_TSAN_CMDS := cmd:build-tsan/tests/dp/test_dp_wrap cmd:build-tsan/tests/dp/test_dp_wrap_faults \
+                       cmd:build-tsan/tests/dp/test_dp_local_failure
 SAN_QUICK_TSAN_BUILD := $(SAN_QUICK_TSAN:%=build-tsan/tests/%) $(SAN_QUICK_TSAN_CMDS:cmd:%=%) \
                         build-tsan/tests/torch_peer
 # and the MPI backend's fault paths (mismatch, timeouts) under ASan (30 s)

@@ -62,6 +62,11 @@ typedef struct sbn_comm_ops {
    * stage the values through host memory instead. */
   sbn_status (*allreduce_device)(sbn_group *g, void *buf, size_t count, sbn_dtype dtype,
                                  const sbn_sig *sig, void *stream);
+  /* Optional (NULL: peers find out by their timeout): this rank leaves the
+   * group's collectives for good after an error of its own (`why`); every
+   * rank waiting in a collective of g, now or later, fails at once naming
+   * this rank and why, and the group is broken on every rank. */
+  void (*abort)(sbn_group *g, const char *why);
 } sbn_comm_ops;
 
 /* The handle: generic part + backend state. */
@@ -78,6 +83,10 @@ struct sbn_group {
   uint64_t root_id;
   int *world_ranks;
 };
+
+/* This rank leaves g's collectives after an error its peers do not know
+ * of (ops->abort; a backend without it: they find out by their timeout). */
+void sbn_group_abort(sbn_group *g, const char *why);
 
 /* Allocate a handle with the generic fields set (timeout from SYNCBN_TIMEOUT). */
 sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int size,

@@ -263,6 +263,7 @@ static void custom_destroy(sbn_group *g) {
 
 static const sbn_comm_ops custom_ops = {
     "custom", custom_allreduce, custom_broadcast, custom_barrier, custom_split, custom_destroy, NULL,
+    NULL, /* no abort: the caller's engine has no way to tell the peers */
 };
 
 sbn_status sbn_group_create_custom(sbn_group **out, int rank, int size, const sbn_custom_ops *ops,

@@ -156,7 +156,9 @@ sbn_status sbn_group_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype 
     sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                                      "sbn_group_allreduce: count %zu is larger than any buffer", count));
   if (sig.status != SBN_STATUS_OK) count = 0; /* still take part, carry the error */
-  return g->ops->allreduce(g, buf, count, dtype, &sig);
+  sbn_status st = g->ops->allreduce(g, buf, count, dtype, &sig);
+  if (sig.status != SBN_STATUS_OK) sbn_failure_told();
+  return st;
 }
 
 sbn_status sbn_group_broadcast(sbn_group *g, void *buf, size_t bytes, int root) {
@@ -173,7 +175,13 @@ sbn_status sbn_group_broadcast(sbn_group *g, void *buf, size_t bytes, int root) 
   else if (!buf && bytes)
     sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                                      "sbn_group_broadcast: buf is NULL with %zu bytes", bytes));
-  return g->ops->broadcast(g, buf, bytes, root, &sig);
+  sbn_status st = g->ops->broadcast(g, buf, bytes, root, &sig);
+  if (sig.status != SBN_STATUS_OK) sbn_failure_told();
+  return st;
+}
+
+void sbn_group_abort(sbn_group *g, const char *why) {
+  if (g && g->size > 1 && g->ops->abort) g->ops->abort(g, why);
 }
 
 sbn_status sbn_group_barrier(sbn_group *g) {

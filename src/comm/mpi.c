@@ -833,8 +833,22 @@ static void mpi_destroy(sbn_group *g) {
   impl_free(m);
 }
 
+/* The verdict goes to every peer on the control channel (collective 0, so
+ * that no peer mistakes it for a timeout of its own collective). */
+static void mpi_abort(sbn_group *g, const char *why) {
+  mpi_impl *m = g->impl;
+  if (m->broken) return;
+  char msg[TEXT_MAX];
+  snprintf(msg, sizeof msg, "after an error of its own: %s", why);
+  for (int q = 0; q < g->size; q++)
+    if (q != g->rank) ctrl_send(g, q, CTRL_GAVEUP, 0, 0, msg);
+  char mine[TEXT_MAX + 64];
+  snprintf(mine, sizeof mine, "rank %d (this rank) gave up %s", g->rank, msg);
+  break_group(g, SBN_STATUS_GROUP_BROKEN, mine);
+}
+
 static const sbn_comm_ops mpi_ops = {
-    "mpi", mpi_allreduce, mpi_broadcast, mpi_barrier, mpi_split, mpi_destroy, NULL,
+    "mpi", mpi_allreduce, mpi_broadcast, mpi_barrier, mpi_split, mpi_destroy, NULL, mpi_abort,
 };
 
 sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm_p, size_t comm_size) {

@@ -756,6 +756,7 @@ static void nccl_destroy(sbn_group *g) {
 
 static const sbn_comm_ops nccl_ops = {
     "nccl", nccl_allreduce, nccl_broadcast, nccl_barrier, nccl_split, nccl_destroy, nccl_allreduce_device,
+    NULL, /* no abort: peers find out by their timeout (the watchdog) */
 };
 
 static sbn_status check_device(const char *fn, int device) {

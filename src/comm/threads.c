@@ -373,8 +373,16 @@ static void threads_destroy(sbn_group *g) {
   rv_release(g->impl);
 }
 
+static void threads_abort(sbn_group *g, const char *why) {
+  char msg[600];
+  snprintf(msg, sizeof msg, "group '%s' (threads, %d ranks): rank %d gave up after an error of its own: %s",
+           g->name, g->size, g->rank, why);
+  rv_break(g->impl, SBN_STATUS_GROUP_BROKEN, msg);
+}
+
 static const sbn_comm_ops threads_ops = {
     "threads", threads_allreduce, threads_broadcast, threads_barrier, threads_split, threads_destroy, NULL,
+    threads_abort,
 };
 
 /* ---- the team ---- */

@@ -230,6 +230,7 @@ static sbn_status sync_sums(sbn_bn *bn, sbn_sig_kind kind, size_t count, sbn_dty
     st = sbn_comm_allreduce(bn->group, bn->L.payload_host, count, SBN_DTYPE_FLOAT64, &sig);
     if (st == SBN_STATUS_OK && local == SBN_STATUS_OK) st = bn->dev->from_host(&bn->L, count);
   }
+  if (local != SBN_STATUS_OK) sbn_failure_told();
   return local != SBN_STATUS_OK ? local : st;
 }
 

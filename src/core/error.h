@@ -21,6 +21,12 @@ void sbn_clear_error(void);
 /* Put back a message saved earlier (cleanup that calls other public
  * functions must not lose the caller's last error). */
 void sbn_restore_error(const char *saved);
+/* A collective just carried this thread's own failure to its peers (they
+ * returned PEER_FAILED and the group stays usable). The count lets a caller
+ * above the layer (the data-parallel wrapper) tell a failure the peers know
+ * of from one they would wait out until their timeout. */
+void sbn_failure_told(void);
+uint64_t sbn_failures_told(void);
 /* Whether SYNCBN_DEBUG asks for diagnostics on stderr (the library prints
  * nothing otherwise). */
 int sbn_debug_enabled(void);

@@ -37,6 +37,10 @@ const char *sbn_last_error(void) { return last_error; }
 
 void sbn_clear_error(void) { last_error[0] = '\0'; }
 
+static _Thread_local uint64_t failures_told;
+void sbn_failure_told(void) { failures_told++; }
+uint64_t sbn_failures_told(void) { return failures_told; }
+
 void sbn_restore_error(const char *saved) {
   if (saved != last_error) snprintf(last_error, sizeof last_error, "%s", saved);
 }

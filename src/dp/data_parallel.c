@@ -8,6 +8,7 @@
 
 #include "../core/error.h"
 #include "../core/tensor.h"
+#include "../comm/comm.h"
 #include "buckets.h"
 #include "comm_worker.h"
 #include "dp_testhook.h"
@@ -281,10 +282,30 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
   return SBN_STATUS_OK;
 }
 
+/* A failure of this rank's own that no collective carried to its peers (a
+ * module before the first SyncBN layer refused the input, a bad dy): they
+ * would wait for it in their next collective until the timeout. Instead
+ * the rank leaves the wrapper's groups, and they fail at once naming it and
+ * why (the groups are then broken). Verdicts every rank already shares, and
+ * failures a SyncBN layer's collective carried (the peers returned
+ * PEER_FAILED and the groups stay usable), are left as they are. */
+static sbn_status give_up_if_untold(sbn_dp *dp, sbn_status st, uint64_t told_before) {
+  if (st == SBN_STATUS_OK || st == SBN_STATUS_PEER_FAILED || st == SBN_STATUS_MISMATCH ||
+      st == SBN_STATUS_TIMEOUT || st == SBN_STATUS_GROUP_BROKEN || sbn_failures_told() != told_before ||
+      sbn_group_size(dp->group) < 2)
+    return st;
+  char keep[1024];
+  snprintf(keep, sizeof keep, "%s", sbn_last_error());
+  sbn_group_abort(dp->group, keep);
+  sbn_group_abort(dp->comm_group, keep);
+  return sbn_fail(st, "%s", keep);
+}
+
 sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x) {
   sbn_clear_error();
   if (!dp) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_forward: wrapper is NULL");
-  return sbn_module_forward(dp->model, y, x);
+  const uint64_t told = sbn_failures_told();
+  return give_up_if_untold(dp, sbn_module_forward(dp->model, y, x), told);
 }
 
 /* All-reduce bucket b now (inline) or hand it to the worker. */
@@ -312,6 +333,7 @@ sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
   for (int k = 0; k < dp->nbuckets; k++) dp->buckets[k].launched = 0;
   const int P = sbn_group_size(dp->group);
   sbn_status st = SBN_STATUS_OK;
+  const uint64_t told = sbn_failures_told();
   sbn_tensor grad_in = *dy;
   if (sbn_module_kind_of(dp->model) == SBN_MODULE_KIND_SEQUENTIAL && P > 1) {
     /* Child by child, so buckets leave as soon as they are complete. */
@@ -327,8 +349,9 @@ sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
     st = sbn_module_backward(dp->model, &grad_in, dy);
     if (st == SBN_STATUS_OK && P > 1) st = launch_ready(dp, 0);
   }
-  /* A rank that failed locally still waits for what it launched; its peers
-   * then fail in the next collective or time out, naming it. */
+  /* A rank that failed locally leaves the groups if its peers do not know
+   * (they fail at once), then waits for what it launched. */
+  st = give_up_if_untold(dp, st, told);
   if (dp->worker) {
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", sbn_last_error());

@@ -1,0 +1,126 @@
+/* A rank whose forward or backward fails on its own, where no collective
+ * carries the failure to its peers (a Linear before the first SyncBN layer
+ * refuses the input; a dy of the wrong shape), must not leave them waiting
+ * until their timeout (60 s here): it leaves the wrapper's groups, and the
+ * peers' waits fail at once with SBN_STATUS_GROUP_BROKEN naming the rank and
+ * its error. A bad input to a SyncBN layer itself is carried by that layer's
+ * collective: the peers get SBN_STATUS_PEER_FAILED and the group stays
+ * usable (the next correct step works everywhere). 3 thread ranks. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "syncbn_dp.h"
+
+enum { P = 3, N = 4, IN = 4, HID = 6, OUT = 3, BAD_RANK = 1 };
+static const double TIMEOUT_S = 60, LIMIT_S = 5;
+
+typedef struct outcome {
+  sbn_status st;
+  char msg[400];
+  double seconds;
+  sbn_status after; /* a correct step afterwards (scenario 2 only) */
+} outcome;
+static outcome res[3][P];
+static int scenario; /* 0: Linear refuses x; 1: bad dy; 2: SyncBN refuses x */
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static sbn_tensor t2(float *data, int64_t n, int64_t c) {
+  sbn_tensor t = {0};
+  t.data = data, t.ndim = 2, t.shape[0] = n, t.shape[1] = c;
+  t.dtype = SBN_DTYPE_FLOAT32, t.layout = SBN_LAYOUT_CHANNELS_FIRST;
+  return t;
+}
+
+/* scenario 2 puts the SyncBN layer first, so that it sees the bad input */
+static sbn_status build(sbn_module **out, sbn_group *world) {
+  sbn_module *seq = NULL, *lin1 = NULL, *bn = NULL, *lin2 = NULL;
+  sbn_status st = sbn_nn_sequential_create(&seq);
+  const int bn_first = scenario == 2;
+  if (st == SBN_STATUS_OK) st = sbn_nn_linear_create(&lin1, IN, HID, 1, 11);
+  sbn_bn_options o = sbn_bn_options_default(bn_first ? IN : HID);
+  if (st == SBN_STATUS_OK) st = sbn_nn_sync_batchnorm_create(&bn, &o, world);
+  if (st == SBN_STATUS_OK) st = sbn_nn_linear_create(&lin2, HID, OUT, 1, 12);
+  if (st == SBN_STATUS_OK && bn_first) st = sbn_nn_sequential_append(seq, "bn", bn);
+  if (st == SBN_STATUS_OK) st = sbn_nn_sequential_append(seq, "lin1", lin1);
+  if (st == SBN_STATUS_OK && !bn_first) st = sbn_nn_sequential_append(seq, "bn", bn);
+  if (st == SBN_STATUS_OK) st = sbn_nn_sequential_append(seq, "lin2", lin2);
+  *out = seq;
+  return st;
+}
+
+static int rank_main(sbn_group *world, void *arg) {
+  (void)arg;
+  const int rank = sbn_group_rank(world);
+  outcome *o = &res[scenario][rank];
+  sbn_group_set_timeout(world, TIMEOUT_S);
+  sbn_module *model = NULL;
+  if (build(&model, world) != SBN_STATUS_OK) {
+    snprintf(o->msg, sizeof o->msg, "build: %s", sbn_last_error());
+    return 1;
+  }
+  sbn_dp *dp = NULL;
+  if (sbn_dp_wrap(&dp, model, NULL, 0, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, world, NULL) != SBN_STATUS_OK) {
+    snprintf(o->msg, sizeof o->msg, "wrap: %s", sbn_last_error());
+    return 1;
+  }
+  float x[N * 8], dy[N * OUT];
+  for (int i = 0; i < N * 8; i++) x[i] = (float)sin(1.0 + i + 7.0 * rank);
+  for (int i = 0; i < N * OUT; i++) dy[i] = (float)cos(2.0 + i);
+  const int bad = rank == BAD_RANK;
+  sbn_tensor tx = t2(x, N, bad && scenario != 1 ? IN + 1 : IN), ty, tdy = t2(dy, N, OUT);
+  if (bad && scenario == 1) tdy.shape[1] = OUT + 1, tdy.shape[0] = N - 1; /* same bytes, wrong shape */
+  double t0 = now();
+  o->st = sbn_dp_forward(dp, &ty, &tx);
+  if (o->st == SBN_STATUS_OK) o->st = sbn_dp_backward(dp, NULL, &tdy);
+  o->seconds = now() - t0;
+  snprintf(o->msg, sizeof o->msg, "%s", sbn_last_error());
+  if (scenario == 2) { /* the group is usable: a correct step everywhere */
+    tx = t2(x, N, IN), tdy = t2(dy, N, OUT);
+    o->after = sbn_dp_forward(dp, &ty, &tx);
+    if (o->after == SBN_STATUS_OK) o->after = sbn_dp_backward(dp, NULL, &tdy);
+  }
+  sbn_dp_destroy(dp);
+  sbn_module_destroy(model);
+  return 0;
+}
+
+int main(void) {
+  static const char *const what[3] = {"Linear refuses x on rank 1", "bad dy on rank 1",
+                                      "SyncBN refuses x on rank 1"};
+  int failures = 0;
+  for (scenario = 0; scenario < 3; scenario++) {
+    if (sbn_team_run(P, rank_main, NULL) != SBN_STATUS_OK) {
+      printf("FAIL %s: %s\n", what[scenario], sbn_last_error());
+      failures++;
+      continue;
+    }
+    for (int r = 0; r < P; r++) {
+      const outcome *o = &res[scenario][r];
+      const sbn_status want = r == BAD_RANK ? SBN_STATUS_INVALID_ARGUMENT
+                              : scenario == 2 ? SBN_STATUS_PEER_FAILED
+                                              : SBN_STATUS_GROUP_BROKEN;
+      int ok = o->st == want && o->seconds < LIMIT_S;
+      if (r != BAD_RANK) ok = ok && strstr(o->msg, "rank 1") != NULL;
+      if (r != BAD_RANK && scenario == 0) ok = ok && strstr(o->msg, "Linear") != NULL; /* the reason travels */
+      if (scenario == 2) ok = ok && o->after == SBN_STATUS_OK;
+      failures += !ok;
+      printf("%-4s %-28s rank %d: %-28s in %.3f s (limit %.0f s, timeout %.0f s)%s%s: \"%.150s\"\n",
+             ok ? "ok" : "FAIL", what[scenario], r, sbn_status_name(o->st), o->seconds, LIMIT_S, TIMEOUT_S,
+             scenario == 2 ? ", next step " : "", scenario == 2 ? sbn_status_name(o->after) : "", o->msg);
+    }
+  }
+  if (failures) {
+    printf("FAILED: %d checks\n", failures);
+    return 1;
+  }
+  printf("local failures reach every rank at once: all checks passed\n");
+  return 0;
+}
