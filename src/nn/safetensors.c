@@ -27,6 +27,7 @@
 
 #define ST_MAX_HEADER (100u << 20) /* the safetensors reference limit */
 #define ST_MAX_DIMS 8
+#define ST_CRC_CHUNK ((size_t)1 << 30)
 
 /* Test hooks (not public): make the next saves fail after writing this many
  * bytes of the temporary file: kind 1 returns an IO error (and removes the
@@ -66,6 +67,19 @@ const char *sbn_nn_st_dtype_name(sbn_dtype d) {
 static int host_is_little_endian(void) {
   const uint16_t one = 1;
   return *(const uint8_t *)&one == 1;
+}
+
+/* zlib's crc32 takes a 32-bit length: feed it at most 1 GiB at a time, so a
+ * tensor of 4 GiB or more gets the same checksum on save and load. */
+uint32_t sbn_nn_st_crc32(uint32_t crc, const void *p, size_t n) {
+  const uint8_t *b = p;
+  uLong c = crc;
+  while (n > 0) {
+    size_t k = n > ST_CRC_CHUNK ? ST_CRC_CHUNK : n;
+    c = crc32(c, b, (uInt)k);
+    b += k, n -= k;
+  }
+  return (uint32_t)c;
 }
 
 /* ------------------------------------------------------------------ */
@@ -237,13 +251,8 @@ sbn_status sbn_nn_st_parse(sbn_nn_st_file *f, const void *buf, size_t len, const
                call, pos > f->data_len ? "truncated" : "corrupt", (unsigned long long)pos, f->data_len, len,
                (unsigned long long)(8 + n + pos));
   if (f->has_crc) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (size_t off = 0; off < f->data_len;) {
-      size_t chunk = f->data_len - off > (1u << 30) ? (1u << 30) : f->data_len - off;
-      crc = crc32(crc, f->data + off, (uInt)chunk);
-      off += chunk;
-    }
-    if ((uint32_t)crc != f->crc)
+    uint32_t crc = sbn_nn_st_crc32(0, f->data, f->data_len);
+    if (crc != f->crc)
       return BAD("%s: corrupt safetensors file: data checksum mismatch (CRC32 %08x, header says %08x)", call,
                  (unsigned)crc, (unsigned)f->crc);
   }
@@ -434,13 +443,13 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
         return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" appears twice", call, e[i].name);
   }
   /* Header. */
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;
   cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
   int ok = root && meta && cJSON_AddStringToObject(meta, "format", "pt");
   uint64_t off = 0;
   for (int i = 0; ok && i < count; i++) {
     size_t nb = entry_bytes(&e[i]);
-    if (nb) crc = crc32(crc, e[i].data, (uInt)nb);
+    crc = sbn_nn_st_crc32(crc, e[i].data, nb);
     cJSON *t = cJSON_AddObjectToObject(root, e[i].name);
     ok = t && cJSON_AddStringToObject(t, "dtype", sbn_nn_st_dtype_name(e[i].dtype));
     cJSON *sh = ok ? cJSON_AddArrayToObject(t, "shape") : NULL, *of = NULL;
@@ -452,7 +461,7 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
     off += nb;
   }
   char crcs[16];
-  snprintf(crcs, sizeof crcs, "%08x", (unsigned)(uint32_t)crc);
+  snprintf(crcs, sizeof crcs, "%08x", (unsigned)crc);
   ok = ok && cJSON_AddStringToObject(meta, "syncbn_crc32", crcs);
   char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
