@@ -418,8 +418,28 @@ static int write_all(int fd, const void *p, size_t n, long *written) {
   return 0;
 }
 
+static int cmp_str_ptr(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Names distinct, by sorting pointers to them: O(n log n) for the largest
+ * state dicts. */
+static sbn_status check_distinct(const sbn_nn_entry *e, int count, const char *call) {
+  const char **names = malloc(sizeof *names * (size_t)(count ? count : 1));
+  if (!names) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  for (int i = 0; i < count; i++) names[i] = e[i].name;
+  qsort(names, (size_t)count, sizeof *names, cmp_str_ptr);
+  sbn_status st = SBN_STATUS_OK;
+  for (int i = 1; i < count && st == SBN_STATUS_OK; i++)
+    if (!strcmp(names[i - 1], names[i]))
+      st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" appears twice", call, names[i]);
+  free(names);
+  return st;
+}
+
 sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, const char *call) {
   if (!path || !*path || (!e && count > 0)) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
+  if (count < 0) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: count %d is negative", call, count);
   if (!host_is_little_endian())
     return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: big-endian hosts are not supported", call);
   for (int i = 0; i < count; i++) {
@@ -438,10 +458,9 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
                       e[i].name, (long long)e[i].numel, sbn_nn_shape_str(sh, sizeof sh, e[i].ndim, e[i].shape),
                       sbn_shape_numel(&numel, e[i].ndim, e[i].shape) ? "a different count" : "an overflowing count");
     }
-    for (int j = 0; j < i; j++)
-      if (!strcmp(e[i].name, e[j].name))
-        return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" appears twice", call, e[i].name);
   }
+  sbn_status st = check_distinct(e, count, call);
+  if (st != SBN_STATUS_OK) return st;
   /* Header. */
   uint32_t crc = 0;
   cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
@@ -467,6 +486,13 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
   cJSON_Delete(root);
   if (!json) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory building the header", call);
   size_t jl = strlen(json), hl = (jl + 7) / 8 * 8;
+  if (hl > ST_MAX_HEADER) {
+    free(json);
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "%s: the header of %d entries would take %zu bytes, over the format's limit of %u (100 MiB); "
+                    "nothing was written",
+                    call, count, hl, ST_MAX_HEADER);
+  }
   char *hdr = malloc(8 + hl);
   if (!hdr) {
     free(json);
@@ -489,7 +515,6 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
   if (!slash) strcpy(dir, ".");
   else if (slash == path) strcpy(dir, "/");
   else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = 0;
-  sbn_status st = SBN_STATUS_OK;
   int fd = mkstemp(tmp);
   if (fd < 0) {
     st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot create a temporary file next to %s: %s", call, path, strerror(errno));

@@ -1,7 +1,10 @@
 /* Checkpoints at the edges of the format:
  * - the data checksum of a tensor of 4 GiB or more (zlib's crc32 takes a
  *   32-bit length), computed on untouched anonymous memory, so no 4 GiB file
- *   is written. */
+ *   is written;
+ * - a header over the format's 100 MiB limit is refused by save (previous
+ *   file intact), one just under it saves and loads;
+ * - 400,000 entries save quickly, a duplicate among them is refused. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -76,7 +79,127 @@ static void test_crc_over_4gib(void) {
   munmap(p, n);
 }
 
-/* Arguments name the parts to run (crc); none: all. */
+static int count_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".tmp-") != NULL;
+  if (d) closedir(d);
+  return n;
+}
+
+static int same_file(const char *path, const unsigned char *want, size_t wl) {
+  unsigned char *b;
+  size_t l;
+  if (nn_read_file(path, &b, &l)) return 0;
+  int same = l == wl && !memcmp(b, want, wl);
+  free(b);
+  return same;
+}
+
+static sbn_nn_entry float_entry(const char *name, float *v) {
+  sbn_nn_entry e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.name, sizeof e.name, "%s", name);
+  e.kind = SBN_NN_ENTRY_KIND_PARAMETER, e.dtype = SBN_DTYPE_FLOAT32, e.ndim = 1, e.shape[0] = 1, e.numel = 1;
+  e.data = v;
+  return e;
+}
+
+/* Entries whose names escape to 6 bytes a character in JSON (\u0001), so a
+ * header near 100 MiB needs only ~65,000 of them. */
+static sbn_nn_entry *escaped_entries(int n, float *v) {
+  sbn_nn_entry *e = calloc((size_t)n, sizeof *e);
+  char name[SBN_NN_NAME_MAX];
+  for (int i = 0; e && i < n; i++) {
+    snprintf(name, sizeof name, "%06d", i);
+    memset(name + 6, 1, SBN_NN_NAME_MAX - 7);
+    name[SBN_NN_NAME_MAX - 1] = 0;
+    e[i] = float_entry(name, &v[i]);
+  }
+  return e;
+}
+
+static void test_header_limit(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/limit.safetensors", dir);
+  float one = 1, *v = calloc(70000, sizeof *v);
+  sbn_nn_entry small = float_entry("w", &one);
+  MUST(sbn_nn_save_entries(path, &small, 1));
+  unsigned char *before;
+  size_t bl;
+  if (!v || nn_read_file(path, &before, &bl)) exit(1);
+  sbn_nn_entry *e = escaped_entries(70000, v);
+  sbn_status st = sbn_nn_save_entries(path, e, 70000);
+  int intact = same_file(path, before, bl), tmps = count_tmp(dir);
+  printf("save of 70000 entries with 255-character escaped names -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  printf("  previous file %s, %d temporary files\n", intact ? "intact" : "CHANGED", tmps);
+  int bad = st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "limit") || !intact || tmps;
+  if (bad) printf("  FAIL: a header the loader refuses must not be written\n");
+  failures += bad;
+  /* Just under the limit: saves, and loads back. */
+  st = sbn_nn_save_entries(path, e, 64000);
+  unsigned char *buf;
+  size_t len;
+  sbn_status lst = st == SBN_STATUS_OK && !nn_read_file(path, &buf, &len)
+                       ? sbn_nn_load_entries(e, 64000, buf, len, SBN_NN_LOAD_STRICT, NULL)
+                       : SBN_STATUS_IO_ERROR;
+  uint64_t hl = 0;
+  for (int i = 7; st == SBN_STATUS_OK && i >= 0; i--) hl = hl << 8 | buf[i];
+  printf("save of 64000 such entries -> %s (header %llu bytes); load -> %s %s\n", sbn_status_name(st),
+         (unsigned long long)hl, sbn_status_name(lst), lst ? sbn_last_error() : "");
+  failures += st != SBN_STATUS_OK || lst != SBN_STATUS_OK;
+  if (st == SBN_STATUS_OK) free(buf);
+  free(e), free(v), free(before);
+}
+
+static void too_slow(int sig) {
+  (void)sig;
+  static const char msg[] = "FAIL: saving 400000 entries took over 60 s\n";
+  (void)!write(1, msg, sizeof msg - 1);
+  _exit(1);
+}
+
+static void test_many_entries(const char *dir) {
+  enum { N = 400000 };
+  char path[300];
+  snprintf(path, sizeof path, "%s/many.safetensors", dir);
+  sbn_nn_entry *e = calloc(N, sizeof *e), *back = calloc(N, sizeof *back);
+  float *v = calloc(N, sizeof *v), *w = calloc(N, sizeof *w);
+  if (!e || !back || !v || !w) exit(1);
+  char name[64];
+  for (int i = 0; i < N; i++) {
+    v[i] = (float)i;
+    snprintf(name, sizeof name, "blocks.%d.weight", (int)((int64_t)i * 7919 % N)); /* not in sorted order */
+    e[i] = float_entry(name, &v[i]);
+    back[i] = float_entry(name, &w[i]);
+  }
+  signal(SIGALRM, too_slow);
+  alarm(60);
+  double t0 = now_s();
+  snprintf(e[N - 1].name, sizeof e[N - 1].name, "%s", e[12345].name);
+  sbn_status dup = sbn_nn_save_entries(path, e, N);
+  char msg[300];
+  snprintf(msg, sizeof msg, "%s", sbn_last_error());
+  double t1 = now_s();
+  snprintf(e[N - 1].name, sizeof e[N - 1].name, "%s", back[N - 1].name);
+  sbn_status st = sbn_nn_save_entries(path, e, N);
+  double t2 = now_s();
+  alarm(0);
+  printf("%d entries, one name twice -> %s in %.2f s: %s\n", N, sbn_status_name(dup), t1 - t0, msg);
+  unsigned char *buf;
+  size_t len;
+  sbn_status lst = st == SBN_STATUS_OK && !nn_read_file(path, &buf, &len)
+                       ? sbn_nn_load_entries(back, N, buf, len, SBN_NN_LOAD_STRICT, NULL)
+                       : SBN_STATUS_IO_ERROR;
+  int same = lst == SBN_STATUS_OK && !memcmp(v, w, N * sizeof *v);
+  printf("%d distinct entries -> %s in %.2f s; loaded back: %s, values %s\n", N, sbn_status_name(st), t2 - t1,
+         sbn_status_name(lst), same ? "equal" : "DIFFER");
+  failures += dup != SBN_STATUS_INVALID_ARGUMENT || !strstr(msg, "appears twice") || st || lst || !same;
+  if (lst == SBN_STATUS_OK) free(buf);
+  free(e), free(back), free(v), free(w);
+}
+
+/* Arguments name the parts to run (crc header many); none: all. */
 static int wanted(int argc, char **argv, const char *part) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], part)) return 1;
@@ -87,6 +210,8 @@ int main(int argc, char **argv) {
   char dir[] = "/tmp/sbn_edges_XXXXXX";
   if (!mkdtemp(dir)) return 1;
   if (wanted(argc, argv, "crc")) test_crc_over_4gib();
+  if (wanted(argc, argv, "header")) test_header_limit(dir);
+  if (wanted(argc, argv, "many")) test_many_entries(dir);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) printf("warning: could not remove %s\n", dir);
