@@ -275,6 +275,19 @@ static int is_nbt(const char *name) {
   return n >= k && !strcmp(name + n - k, "num_batches_tracked") && (n == k || name[n - k - 1] == '.');
 }
 
+/* Every value in range; the entry may hold any number of them, none included. */
+static sbn_status check_nbt(const sbn_nn_st_tensor *t, const uint8_t *data, const char *name, const char *call) {
+  for (uint64_t off = t->begin; off + 8 <= t->end; off += 8) {
+    int64_t v;
+    memcpy(&v, data + off, 8);
+    if (v < 0 || v > SBN_NUM_BATCHES_TRACKED_MAX)
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "%s: \"%s\" = %lld is out of range [0, 2^53] (corrupt or foreign checkpoint?)", call, name,
+                      (long long)v);
+  }
+  return SBN_STATUS_OK;
+}
+
 void sbn_nn_load_report_free(sbn_nn_load_report *r) {
   if (!r) return;
   for (int i = 0; i < r->num_missing; i++) free(r->missing[i]);
@@ -336,16 +349,9 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
                     sbn_nn_shape_str(a, sizeof a, t->ndim, t->shape), sbn_nn_shape_str(b, sizeof b, e[i].ndim, e[i].shape));
       break;
     }
-    if (is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64) {
-      int64_t v;
-      memcpy(&v, f.data + t->begin, 8);
-      if (v < 0 || v > SBN_NUM_BATCHES_TRACKED_MAX) {
-        st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
-                      "%s: \"%s\" = %lld is out of range [0, 2^53] (corrupt or foreign checkpoint?)", call,
-                      e[i].name, (long long)v);
-        break;
-      }
-    }
+    if (is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64 &&
+        (st = check_nbt(t, f.data, e[i].name, call)) != SBN_STATUS_OK)
+      break;
     src[i] = t;
   }
   if (st == SBN_STATUS_OK)

@@ -4,7 +4,9 @@
  *   is written;
  * - a header over the format's 100 MiB limit is refused by save (previous
  *   file intact), one just under it saves and loads;
- * - 400,000 entries save quickly, a duplicate among them is refused. */
+ * - 400,000 entries save quickly, a duplicate among them is refused;
+ * - num_batches_tracked of any size (none, several) is range-checked
+ *   within the entry. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -199,7 +201,40 @@ static void test_many_entries(const char *dir) {
   free(e), free(back), free(v), free(w);
 }
 
-/* Arguments name the parts to run (crc header many); none: all. */
+/* Load from a buffer of exactly the file's size, so reading past an entry
+ * that ends the data is caught by ASan. */
+static sbn_status save_and_load(const char *path, sbn_nn_entry *e, sbn_nn_entry *into) {
+  sbn_status st = sbn_nn_save_entries(path, e, 1);
+  unsigned char *buf;
+  size_t len;
+  if (st != SBN_STATUS_OK || nn_read_file(path, &buf, &len)) return SBN_STATUS_IO_ERROR;
+  st = sbn_nn_load_entries(into, 1, buf, len, SBN_NN_LOAD_STRICT, NULL);
+  free(buf);
+  return st;
+}
+
+static void test_nbt_sizes(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/nbt.safetensors", dir);
+  int64_t none = 7, two[2] = {4, -1}, into[2] = {9, 9};
+  sbn_nn_entry e, in;
+  memset(&e, 0, sizeof e);
+  snprintf(e.name, sizeof e.name, "num_batches_tracked");
+  e.kind = SBN_NN_ENTRY_KIND_BUFFER, e.dtype = SBN_DTYPE_INT64, e.ndim = 1, e.shape[0] = 0, e.numel = 0;
+  e.data = &none;
+  in = e, in.data = into;
+  sbn_status st = save_and_load(path, &e, &in);
+  printf("num_batches_tracked of shape [0] -> %s %s\n", sbn_status_name(st), st ? sbn_last_error() : "");
+  failures += st != SBN_STATUS_OK || into[0] != 9;
+  snprintf(e.name, sizeof e.name, "bn.num_batches_tracked");
+  e.shape[0] = e.numel = 2, e.data = two;
+  in = e, in.data = into;
+  st = save_and_load(path, &e, &in);
+  printf("num_batches_tracked of shape [2] = {4, -1} -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  failures += st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "-1") || into[0] != 9 || into[1] != 9;
+}
+
+/* Arguments name the parts to run (crc header many nbt); none: all. */
 static int wanted(int argc, char **argv, const char *part) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], part)) return 1;
@@ -212,6 +247,7 @@ int main(int argc, char **argv) {
   if (wanted(argc, argv, "crc")) test_crc_over_4gib();
   if (wanted(argc, argv, "header")) test_header_limit(dir);
   if (wanted(argc, argv, "many")) test_many_entries(dir);
+  if (wanted(argc, argv, "nbt")) test_nbt_sizes(dir);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) printf("warning: could not remove %s\n", dir);
