@@ -11,6 +11,7 @@
  * in __metadata__ and load verifies it when present (files written by other
  * tools, e.g. PyTorch, have none and are accepted unchecked). */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -424,6 +426,46 @@ static int write_all(int fd, const void *p, size_t n, long *written) {
   return 0;
 }
 
+/* Temporary files are "<path>" ST_TMP_MARK "XXXXXX", the X's filled by
+ * mkstemp from [A-Za-z0-9]. The marker keeps a user's file such as
+ * "<path>.tmp-backup" from ever looking like one of ours. */
+#define ST_TMP_MARK ".tmp-syncbn-"
+#define ST_TMP_RANDOM 6
+
+static int is_our_temp(const char *name, const char *base, size_t bl) {
+  const size_t ml = strlen(ST_TMP_MARK);
+  if (strncmp(name, base, bl) || strncmp(name + bl, ST_TMP_MARK, ml)) return 0;
+  const char *r = name + bl + ml;
+  for (int i = 0; i < ST_TMP_RANDOM; i++, r++)
+    if (!((*r >= 'A' && *r <= 'Z') || (*r >= 'a' && *r <= 'z') || (*r >= '0' && *r <= '9'))) return 0;
+  return *r == 0;
+}
+
+/* A save that crashed (kill -9, power loss) leaves its temporary file
+ * behind. Before writing, remove those of <dir>/<base> that no live writer
+ * owns: a writer holds an exclusive flock on its temporary file until it has
+ * been renamed, and a crashed process holds no lock. Files changed in the
+ * last few seconds are left for the next save (a writer between mkstemp and
+ * flock is unlocked for an instant). Best effort: nothing here fails a save. */
+static void remove_stale_temps(const char *dir, const char *base) {
+  size_t bl = strlen(base);
+  DIR *d = bl ? opendir(dir) : NULL;
+  if (!d) return;
+  const time_t now = time(NULL);
+  for (struct dirent *de; (de = readdir(d));) {
+    const char *n = de->d_name;
+    char full[8192];
+    if (!is_our_temp(n, base, bl) || snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full) continue;
+    int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && now - sb.st_mtime >= 5 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+      unlink(full);
+    close(fd);
+  }
+  closedir(d);
+}
+
 static int cmp_str_ptr(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -511,16 +553,18 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
 
   /* Atomic write: temporary file in the same directory, fsync, rename, fsync dir. */
   size_t pl = strlen(path);
-  char *tmp = malloc(pl + 16), *dir = malloc(pl + 2);
+  const size_t tl = pl + strlen(ST_TMP_MARK) + ST_TMP_RANDOM + 1;
+  char *tmp = malloc(tl), *dir = malloc(pl + 2);
   if (!tmp || !dir) {
     free(hdr), free(tmp), free(dir);
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   }
-  snprintf(tmp, pl + 16, "%s.tmp-XXXXXX", path);
+  snprintf(tmp, tl, "%s%sXXXXXX", path, ST_TMP_MARK);
   const char *slash = strrchr(path, '/');
   if (!slash) strcpy(dir, ".");
   else if (slash == path) strcpy(dir, "/");
   else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = 0;
+  remove_stale_temps(dir, slash ? slash + 1 : path);
   int fd = mkstemp(tmp);
   if (fd < 0) {
     st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot create a temporary file next to %s: %s", call, path, strerror(errno));

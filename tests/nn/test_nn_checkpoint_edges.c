@@ -6,7 +6,9 @@
  *   file intact), one just under it saves and loads;
  * - 400,000 entries save quickly, a duplicate among them is refused;
  * - num_batches_tracked of any size (none, several) is range-checked
- *   within the entry. */
+ *   within the entry;
+ * - the cleanup of crashed saves' temporary files removes only names the
+ *   library makes, and nothing when the save is refused. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -234,7 +236,50 @@ static void test_nbt_sizes(const char *dir) {
   failures += st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "-1") || into[0] != 9 || into[1] != 9;
 }
 
-/* Arguments name the parts to run (crc header many nbt); none: all. */
+static void make_old_file(const char *dir, const char *name) {
+  char p[400];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  if (nn_write_file(p, "user data", 9)) exit(1);
+  struct timespec t[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+  utimensat(AT_FDCWD, p, t, 0);
+}
+
+static int exists(const char *dir, const char *name) {
+  char p[400];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+static void test_stale_temps(const char *dir) {
+  static const char *keep[] = {"model.st.tmp-backup", "model.st.tmp-XYZ123", "model.st.tmp-syncbn-Ab12C",
+                               "model.st.tmp-syncbn-Ab12Cd7", "model.st.tmp-syncbn-Ab-2Cd",
+                               "model.st.tmp-syncbn-Ab12Cd.old", "other.st.tmp-syncbn-Ab12Cd"};
+  const char *ours = "model.st.tmp-syncbn-Ab12Cd";
+  const int nk = (int)(sizeof keep / sizeof *keep);
+  char path[300];
+  snprintf(path, sizeof path, "%s/model.st", dir);
+  for (int i = 0; i < nk; i++) make_old_file(dir, keep[i]);
+  make_old_file(dir, ours);
+  float one = 1;
+  sbn_nn_entry e = float_entry("", &one);
+  sbn_status st = sbn_nn_save_entries(path, &e, 1);
+  int all = exists(dir, ours);
+  for (int i = 0; i < nk; i++) all &= exists(dir, keep[i]);
+  printf("refused save (%s) -> %s; the hour-old files %s\n", sbn_last_error(), sbn_status_name(st),
+         all ? "all still there" : "CHANGED");
+  failures += st != SBN_STATUS_INVALID_ARGUMENT || !all;
+  e = float_entry("w", &one);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  printf("a save of %s: stale temporary file %s %s\n", path, ours, exists(dir, ours) ? "KEPT" : "removed");
+  failures += exists(dir, ours);
+  for (int i = 0; i < nk; i++) {
+    int ok = exists(dir, keep[i]);
+    printf("  %-32s %s\n", keep[i], ok ? "kept" : "DELETED");
+    failures += !ok;
+  }
+}
+
+/* Arguments name the parts to run (crc header many nbt temps); none: all. */
 static int wanted(int argc, char **argv, const char *part) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], part)) return 1;
@@ -248,6 +293,7 @@ int main(int argc, char **argv) {
   if (wanted(argc, argv, "header")) test_header_limit(dir);
   if (wanted(argc, argv, "many")) test_many_entries(dir);
   if (wanted(argc, argv, "nbt")) test_nbt_sizes(dir);
+  if (wanted(argc, argv, "temps")) test_stale_temps(dir);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) printf("warning: could not remove %s\n", dir);
