@@ -486,7 +486,8 @@ static sbn_status check_distinct(const sbn_nn_entry *e, int count, const char *c
 }
 
 sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, const char *call) {
-  if (!path || !*path || (!e && count > 0)) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
+  if (!path || (!e && count > 0)) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
+  if (!*path) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: the path is empty", call);
   if (count < 0) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: count %d is negative", call, count);
   if (!host_is_little_endian())
     return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: big-endian hosts are not supported", call);

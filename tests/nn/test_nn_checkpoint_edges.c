@@ -8,7 +8,8 @@
  * - num_batches_tracked of any size (none, several) is range-checked
  *   within the entry;
  * - the cleanup of crashed saves' temporary files removes only names the
- *   library makes, and nothing when the save is refused. */
+ *   library makes, and nothing when the save is refused;
+ * - an empty path is named as such. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -279,7 +280,21 @@ static void test_stale_temps(const char *dir) {
   }
 }
 
-/* Arguments name the parts to run (crc header many nbt temps); none: all. */
+static void test_empty_path(void) {
+  float one = 1;
+  sbn_nn_entry e = float_entry("w", &one);
+  sbn_status st = sbn_nn_save_entries("", &e, 1);
+  printf("sbn_nn_save_entries(\"\") -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  failures += st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "empty");
+  sbn_module *m;
+  if (nn_build_net(&m, 1)) exit(1);
+  st = sbn_nn_save("", m);
+  printf("sbn_nn_save(\"\") -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  failures += st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "empty");
+  sbn_module_destroy(m);
+}
+
+/* Arguments name the parts to run (crc header many nbt temps path); none: all. */
 static int wanted(int argc, char **argv, const char *part) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], part)) return 1;
@@ -294,6 +309,7 @@ int main(int argc, char **argv) {
   if (wanted(argc, argv, "many")) test_many_entries(dir);
   if (wanted(argc, argv, "nbt")) test_nbt_sizes(dir);
   if (wanted(argc, argv, "temps")) test_stale_temps(dir);
+  if (wanted(argc, argv, "path")) test_empty_path();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) printf("warning: could not remove %s\n", dir);
