@@ -4,7 +4,7 @@
  *   is written;
  * - a header over the format's 100 MiB limit is refused by save (previous
  *   file intact), one just under it saves and loads;
- * - 400,000 entries save quickly, a duplicate among them is refused;
+ * - 400,000 entries save in seconds, a duplicate among them is refused;
  * - num_batches_tracked of any size (none, several) is range-checked
  *   within the entry;
  * - the cleanup of crashed saves' temporary files removes only names the
@@ -159,13 +159,15 @@ static void test_header_limit(const char *dir) {
 
 static void too_slow(int sig) {
   (void)sig;
-  static const char msg[] = "FAIL: saving 400000 entries took over 60 s\n";
+  static const char msg[] = "FAIL: saving the entries took over 60 s\n";
   (void)!write(1, msg, sizeof msg - 1);
   _exit(1);
 }
 
 static void test_many_entries(const char *dir) {
-  enum { N = 400000 };
+  const char *san = getenv("SBN_TEST_SANITIZED");
+  const int N = san && atoi(san) ? 40000 : 400000; /* the speed is the normal build's to check */
+  if (N < 400000) printf("  (40000 entries, not 400000, under SBN_TEST_SANITIZED=1)\n");
   char path[300];
   snprintf(path, sizeof path, "%s/many.safetensors", dir);
   sbn_nn_entry *e = calloc(N, sizeof *e), *back = calloc(N, sizeof *back);
@@ -196,7 +198,7 @@ static void test_many_entries(const char *dir) {
   sbn_status lst = st == SBN_STATUS_OK && !nn_read_file(path, &buf, &len)
                        ? sbn_nn_load_entries(back, N, buf, len, SBN_NN_LOAD_STRICT, NULL)
                        : SBN_STATUS_IO_ERROR;
-  int same = lst == SBN_STATUS_OK && !memcmp(v, w, N * sizeof *v);
+  int same = lst == SBN_STATUS_OK && !memcmp(v, w, (size_t)N * sizeof *v);
   printf("%d distinct entries -> %s in %.2f s; loaded back: %s, values %s\n", N, sbn_status_name(st), t2 - t1,
          sbn_status_name(lst), same ? "equal" : "DIFFER");
   failures += dup != SBN_STATUS_INVALID_ARGUMENT || !strstr(msg, "appears twice") || st || lst || !same;
