@@ -266,7 +266,8 @@ SBN_API sbn_status sbn_nn_sgd_destroy(sbn_nn_sgd *opt); /* NULL is a no-op */
  * fsync of the directory; a crash leaves the previous file intact. */
 SBN_API sbn_status sbn_nn_save(const char *path, sbn_module *m);
 /* Save arbitrary entries (e.g. model + optimizer state); names must be
- * distinct. */
+ * distinct and the header they make at most 100 MiB (the format's limit),
+ * else SBN_STATUS_INVALID_ARGUMENT and nothing is written. */
 SBN_API sbn_status sbn_nn_save_entries(const char *path, const sbn_nn_entry *entries, int count);
 
 /* What a non-strict load did not match. Release with

@@ -41,6 +41,7 @@ TSAN_MAKE := $(MAKE) --no-print-directory BUILD=build-tsan SBN_SANITIZE=1 CFLAGS
 # whose ranks and threads share memory under TSan. The full runs are the
 # targets above.
 SAN_QUICK_ASAN := test_misuse test_empty test_bad_input test_float64 test_records nn/test_nn_limits nn/test_nn_checkpoint \
+                  nn/test_nn_checkpoint_edges \
                   nn/test_nn_convert_optim
 SAN_QUICK_ASAN_CMDS := cmd:build-asan/tests/dp/test_dp_wrap_faults
 # torch_peer too: run_tests.sh runs it whenever the build folder has one (a stale

@@ -1,60 +1,15 @@
 /* Checkpoints of a module tree: its state dict (parameters and buffers under
  * PyTorch's names) in a safetensors file. */
-#include <ctype.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "../core/file.h"
 #include "module.h"
 #include "safetensors.h"
 
-/* A save that crashed (kill -9, power loss) leaves its temporary file
- * "<path>.tmp-XXXXXX" (mkstemp's six characters) behind. Before writing
- * <path>, remove such files of our own naming that no live writer owns: a
- * writer holds an exclusive flock on its temporary file until it has been
- * renamed, and a crashed process holds no lock. Files changed in the last
- * few seconds are left for the next save (a writer between mkstemp and
- * flock is unlocked for an instant). Best effort: nothing here fails a save. */
-static void remove_stale_temps(const char *path) {
-  const char *slash = strrchr(path, '/');
-  const char *base = slash ? slash + 1 : path;
-  size_t dl = slash ? (size_t)(slash - path) : 0, bl = strlen(base);
-  char dir[4096];
-  if (dl >= sizeof dir || !bl) return;
-  if (slash) memcpy(dir, path, dl), dir[dl] = 0;
-  else strcpy(dir, ".");
-  if (slash == path) strcpy(dir, "/");
-  DIR *d = opendir(dir);
-  if (!d) return;
-  const time_t now = time(NULL);
-  for (struct dirent *de; (de = readdir(d));) {
-    const char *n = de->d_name;
-    if (strncmp(n, base, bl) || strncmp(n + bl, ".tmp-", 5) || strlen(n + bl + 5) != 6) continue;
-    int ours = 1;
-    for (const char *c = n + bl + 5; *c; c++) ours &= isalnum((unsigned char)*c) != 0;
-    char full[8192];
-    if (!ours || snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full) continue;
-    int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && now - sb.st_mtime >= 5 && flock(fd, LOCK_EX | LOCK_NB) == 0)
-      unlink(full);
-    close(fd);
-  }
-  closedir(d);
-}
-
 sbn_status sbn_nn_save_entries(const char *path, const sbn_nn_entry *entries, int count) {
   sbn_clear_error();
-  if (path) remove_stale_temps(path);
   return sbn_nn_st_save(path, entries, count, "sbn_nn_save_entries");
 }
 
@@ -65,7 +20,6 @@ sbn_status sbn_nn_save(const char *path, sbn_module *m) {
   int n;
   sbn_status st = sbn_module_entries(&e, &n, m, SBN_NN_STATE);
   if (st != SBN_STATUS_OK) return st;
-  if (path) remove_stale_temps(path);
   st = sbn_nn_st_save(path, e, n, "sbn_nn_save");
   free(e);
   return st;

@@ -11,6 +11,7 @@
  * in __metadata__ and load verifies it when present (files written by other
  * tools, e.g. PyTorch, have none and are accepted unchecked). */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -27,6 +29,7 @@
 
 #define ST_MAX_HEADER (100u << 20) /* the safetensors reference limit */
 #define ST_MAX_DIMS 8
+#define ST_CRC_CHUNK ((size_t)1 << 30)
 
 /* Test hooks (not public): make the next saves fail after writing this many
  * bytes of the temporary file: kind 1 returns an IO error (and removes the
@@ -66,6 +69,19 @@ const char *sbn_nn_st_dtype_name(sbn_dtype d) {
 static int host_is_little_endian(void) {
   const uint16_t one = 1;
   return *(const uint8_t *)&one == 1;
+}
+
+/* zlib's crc32 takes a 32-bit length: feed it at most 1 GiB at a time, so a
+ * tensor of 4 GiB or more gets the same checksum on save and load. */
+uint32_t sbn_nn_st_crc32(uint32_t crc, const void *p, size_t n) {
+  const uint8_t *b = p;
+  uLong c = crc;
+  while (n > 0) {
+    size_t k = n > ST_CRC_CHUNK ? ST_CRC_CHUNK : n;
+    c = crc32(c, b, (uInt)k);
+    b += k, n -= k;
+  }
+  return (uint32_t)c;
 }
 
 /* ------------------------------------------------------------------ */
@@ -237,13 +253,8 @@ sbn_status sbn_nn_st_parse(sbn_nn_st_file *f, const void *buf, size_t len, const
                call, pos > f->data_len ? "truncated" : "corrupt", (unsigned long long)pos, f->data_len, len,
                (unsigned long long)(8 + n + pos));
   if (f->has_crc) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (size_t off = 0; off < f->data_len;) {
-      size_t chunk = f->data_len - off > (1u << 30) ? (1u << 30) : f->data_len - off;
-      crc = crc32(crc, f->data + off, (uInt)chunk);
-      off += chunk;
-    }
-    if ((uint32_t)crc != f->crc)
+    uint32_t crc = sbn_nn_st_crc32(0, f->data, f->data_len);
+    if (crc != f->crc)
       return BAD("%s: corrupt safetensors file: data checksum mismatch (CRC32 %08x, header says %08x)", call,
                  (unsigned)crc, (unsigned)f->crc);
   }
@@ -264,6 +275,19 @@ const sbn_nn_st_tensor *sbn_nn_st_find(const sbn_nn_st_file *f, const char *name
 static int is_nbt(const char *name) {
   size_t n = strlen(name), k = strlen("num_batches_tracked");
   return n >= k && !strcmp(name + n - k, "num_batches_tracked") && (n == k || name[n - k - 1] == '.');
+}
+
+/* Every value in range; the entry may hold any number of them, none included. */
+static sbn_status check_nbt(const sbn_nn_st_tensor *t, const uint8_t *data, const char *name, const char *call) {
+  for (uint64_t off = t->begin; off + 8 <= t->end; off += 8) {
+    int64_t v;
+    memcpy(&v, data + off, 8);
+    if (v < 0 || v > SBN_NUM_BATCHES_TRACKED_MAX)
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "%s: \"%s\" = %lld is out of range [0, 2^53] (corrupt or foreign checkpoint?)", call, name,
+                      (long long)v);
+  }
+  return SBN_STATUS_OK;
 }
 
 void sbn_nn_load_report_free(sbn_nn_load_report *r) {
@@ -327,16 +351,9 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
                     sbn_nn_shape_str(a, sizeof a, t->ndim, t->shape), sbn_nn_shape_str(b, sizeof b, e[i].ndim, e[i].shape));
       break;
     }
-    if (is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64) {
-      int64_t v;
-      memcpy(&v, f.data + t->begin, 8);
-      if (v < 0 || v > SBN_NUM_BATCHES_TRACKED_MAX) {
-        st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
-                      "%s: \"%s\" = %lld is out of range [0, 2^53] (corrupt or foreign checkpoint?)", call,
-                      e[i].name, (long long)v);
-        break;
-      }
-    }
+    if (is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64 &&
+        (st = check_nbt(t, f.data, e[i].name, call)) != SBN_STATUS_OK)
+      break;
     src[i] = t;
   }
   if (st == SBN_STATUS_OK)
@@ -409,8 +426,69 @@ static int write_all(int fd, const void *p, size_t n, long *written) {
   return 0;
 }
 
+/* Temporary files are "<path>" ST_TMP_MARK "XXXXXX", the X's filled by
+ * mkstemp from [A-Za-z0-9]. The marker keeps a user's file such as
+ * "<path>.tmp-backup" from ever looking like one of ours. */
+#define ST_TMP_MARK ".tmp-syncbn-"
+#define ST_TMP_RANDOM 6
+
+static int is_our_temp(const char *name, const char *base, size_t bl) {
+  const size_t ml = strlen(ST_TMP_MARK);
+  if (strncmp(name, base, bl) || strncmp(name + bl, ST_TMP_MARK, ml)) return 0;
+  const char *r = name + bl + ml;
+  for (int i = 0; i < ST_TMP_RANDOM; i++, r++)
+    if (!((*r >= 'A' && *r <= 'Z') || (*r >= 'a' && *r <= 'z') || (*r >= '0' && *r <= '9'))) return 0;
+  return *r == 0;
+}
+
+/* A save that crashed (kill -9, power loss) leaves its temporary file
+ * behind. Before writing, remove those of <dir>/<base> that no live writer
+ * owns: a writer holds an exclusive flock on its temporary file until it has
+ * been renamed, and a crashed process holds no lock. Files changed in the
+ * last few seconds are left for the next save (a writer between mkstemp and
+ * flock is unlocked for an instant). Best effort: nothing here fails a save. */
+static void remove_stale_temps(const char *dir, const char *base) {
+  size_t bl = strlen(base);
+  DIR *d = bl ? opendir(dir) : NULL;
+  if (!d) return;
+  const time_t now = time(NULL);
+  for (struct dirent *de; (de = readdir(d));) {
+    const char *n = de->d_name;
+    char full[8192];
+    if (!is_our_temp(n, base, bl) || snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full) continue;
+    int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && now - sb.st_mtime >= 5 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+      unlink(full);
+    close(fd);
+  }
+  closedir(d);
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Names distinct, by sorting pointers to them: O(n log n) for the largest
+ * state dicts. */
+static sbn_status check_distinct(const sbn_nn_entry *e, int count, const char *call) {
+  const char **names = malloc(sizeof *names * (size_t)(count ? count : 1));
+  if (!names) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  for (int i = 0; i < count; i++) names[i] = e[i].name;
+  qsort(names, (size_t)count, sizeof *names, cmp_str_ptr);
+  sbn_status st = SBN_STATUS_OK;
+  for (int i = 1; i < count && st == SBN_STATUS_OK; i++)
+    if (!strcmp(names[i - 1], names[i]))
+      st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" appears twice", call, names[i]);
+  free(names);
+  return st;
+}
+
 sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, const char *call) {
-  if (!path || !*path || (!e && count > 0)) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
+  if (!path || (!e && count > 0)) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
+  if (!*path) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: the path is empty", call);
+  if (count < 0) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: count %d is negative", call, count);
   if (!host_is_little_endian())
     return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: big-endian hosts are not supported", call);
   for (int i = 0; i < count; i++) {
@@ -429,18 +507,17 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
                       e[i].name, (long long)e[i].numel, sbn_nn_shape_str(sh, sizeof sh, e[i].ndim, e[i].shape),
                       sbn_shape_numel(&numel, e[i].ndim, e[i].shape) ? "a different count" : "an overflowing count");
     }
-    for (int j = 0; j < i; j++)
-      if (!strcmp(e[i].name, e[j].name))
-        return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" appears twice", call, e[i].name);
   }
+  sbn_status st = check_distinct(e, count, call);
+  if (st != SBN_STATUS_OK) return st;
   /* Header. */
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;
   cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
   int ok = root && meta && cJSON_AddStringToObject(meta, "format", "pt");
   uint64_t off = 0;
   for (int i = 0; ok && i < count; i++) {
     size_t nb = entry_bytes(&e[i]);
-    if (nb) crc = crc32(crc, e[i].data, (uInt)nb);
+    crc = sbn_nn_st_crc32(crc, e[i].data, nb);
     cJSON *t = cJSON_AddObjectToObject(root, e[i].name);
     ok = t && cJSON_AddStringToObject(t, "dtype", sbn_nn_st_dtype_name(e[i].dtype));
     cJSON *sh = ok ? cJSON_AddArrayToObject(t, "shape") : NULL, *of = NULL;
@@ -452,12 +529,19 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
     off += nb;
   }
   char crcs[16];
-  snprintf(crcs, sizeof crcs, "%08x", (unsigned)(uint32_t)crc);
+  snprintf(crcs, sizeof crcs, "%08x", (unsigned)crc);
   ok = ok && cJSON_AddStringToObject(meta, "syncbn_crc32", crcs);
   char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
   if (!json) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory building the header", call);
   size_t jl = strlen(json), hl = (jl + 7) / 8 * 8;
+  if (hl > ST_MAX_HEADER) {
+    free(json);
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "%s: the header of %d entries would take %zu bytes, over the format's limit of %u (100 MiB); "
+                    "nothing was written",
+                    call, count, hl, ST_MAX_HEADER);
+  }
   char *hdr = malloc(8 + hl);
   if (!hdr) {
     free(json);
@@ -470,17 +554,18 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
 
   /* Atomic write: temporary file in the same directory, fsync, rename, fsync dir. */
   size_t pl = strlen(path);
-  char *tmp = malloc(pl + 16), *dir = malloc(pl + 2);
+  const size_t tl = pl + strlen(ST_TMP_MARK) + ST_TMP_RANDOM + 1;
+  char *tmp = malloc(tl), *dir = malloc(pl + 2);
   if (!tmp || !dir) {
     free(hdr), free(tmp), free(dir);
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   }
-  snprintf(tmp, pl + 16, "%s.tmp-XXXXXX", path);
+  snprintf(tmp, tl, "%s%sXXXXXX", path, ST_TMP_MARK);
   const char *slash = strrchr(path, '/');
   if (!slash) strcpy(dir, ".");
   else if (slash == path) strcpy(dir, "/");
   else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = 0;
-  sbn_status st = SBN_STATUS_OK;
+  remove_stale_temps(dir, slash ? slash + 1 : path);
   int fd = mkstemp(tmp);
   if (fd < 0) {
     st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot create a temporary file next to %s: %s", call, path, strerror(errno));

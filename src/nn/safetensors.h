@@ -30,6 +30,8 @@ sbn_status sbn_nn_st_parse(sbn_nn_st_file *f, const void *buf, size_t len, const
 void sbn_nn_st_close(sbn_nn_st_file *f);
 const sbn_nn_st_tensor *sbn_nn_st_find(const sbn_nn_st_file *f, const char *name);
 const char *sbn_nn_st_dtype_name(sbn_dtype d);
+/* zlib's CRC32 of n bytes continued from crc (0 to start), for any n. */
+uint32_t sbn_nn_st_crc32(uint32_t crc, const void *p, size_t n);
 
 sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, size_t len, unsigned flags,
                                   sbn_nn_load_report *report, int nbt_default, const char *call);

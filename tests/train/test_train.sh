@@ -161,17 +161,18 @@ check "the SIGTERM-stopped run resumes (exit $rc)" $(( rc || $? ))
 
 echo "# files"
 d="$tmp/stale"; mkdir -p "$d"
-stale="$d/syncbn-train-syncbn.resume.safetensors.tmp-Ab12Cd"
-live="$d/syncbn-train-syncbn.safetensors.tmp-Zz99Yy"
-foreign1="$d/syncbn-train-syncbn.safetensors.tmp-notours"; foreign2="$d/other.safetensors.tmp-Ab12Cd"
-for f in "$stale" "$live" "$foreign1" "$foreign2"; do head -c 4096 /dev/urandom >"$f"; touch -d '1 hour ago' "$f"; done
+stale="$d/syncbn-train-syncbn.resume.safetensors.tmp-syncbn-Ab12Cd"
+live="$d/syncbn-train-syncbn.safetensors.tmp-syncbn-Zz99Yy"
+foreign1="$d/syncbn-train-syncbn.safetensors.tmp-notours"; foreign2="$d/other.safetensors.tmp-syncbn-Ab12Cd"
+foreign3="$d/syncbn-train-syncbn.safetensors.tmp-backup"
+for f in "$stale" "$live" "$foreign1" "$foreign2" "$foreign3"; do head -c 4096 /dev/urandom >"$f"; touch -d '1 hour ago' "$f"; done
 flock "$live" sleep 120 & lockpid=$!   # a writer that is still alive holds its lock
 sleep 0.5
 T "$bin" --bn sync --ranks 2 --batch 8 --epochs 1 --train-size 64 --test-size 32 --quiet --checkpoint-dir "$d" --out "$d" \
   >/dev/null 2>&1; rc=$?
 kill $lockpid 2>/dev/null; lockpid=
 echo "    after a save: $(cd "$d" && ls | grep tmp- | tr '\n' ' ')"
-[ $rc -eq 0 ] && [ ! -e "$stale" ] && [ -e "$live" ] && [ -e "$foreign1" ] && [ -e "$foreign2" ]
+[ $rc -eq 0 ] && [ ! -e "$stale" ] && [ -e "$live" ] && [ -e "$foreign1" ] && [ -e "$foreign2" ] && [ -e "$foreign3" ]
 check "a save removes the stale temp file of a crashed save and keeps a live one and foreign names" $?
 odd="$tmp/a'b
 c\"; system(\"touch $tmp/pwned\"); \""

@@ -1,0 +1,320 @@
+/* Checkpoints at the edges of the format:
+ * - the data checksum of a tensor of 4 GiB or more (zlib's crc32 takes a
+ *   32-bit length), computed on untouched anonymous memory, so no 4 GiB file
+ *   is written;
+ * - a header over the format's 100 MiB limit is refused by save (previous
+ *   file intact), one just under it saves and loads;
+ * - 400,000 entries save in seconds, a duplicate among them is refused;
+ * - num_batches_tracked of any size (none, several) is range-checked
+ *   within the entry;
+ * - the cleanup of crashed saves' temporary files removes only names the
+ *   library makes, and nothing when the save is refused;
+ * - an empty path is named as such. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "nn_testutil.h"
+#include "../../src/nn/safetensors.h"
+
+static int failures;
+
+#define MUST(call)                                                                      \
+  do {                                                                                  \
+    if ((call) != SBN_STATUS_OK) {                                                      \
+      printf("FAIL: %s: %s\n", #call, sbn_last_error());                                \
+      exit(1);                                                                          \
+    }                                                                                   \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The CRC of n bytes of which only those at touched[] may be nonzero,
+ * built piece by piece with crc32_combine: independent of the helper's
+ * chunking and reads only the touched pieces. */
+#define PIECE ((size_t)1 << 20)
+static uint32_t reference_crc(const unsigned char *p, size_t n, const size_t *touched, int nt) {
+  static unsigned char zeros[PIECE];
+  const uLong zero_piece = crc32(0L, zeros, (uInt)PIECE);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t off = 0; off < n; off += PIECE) {
+    size_t len = n - off < PIECE ? n - off : PIECE;
+    int dirty = len < PIECE;
+    for (int i = 0; i < nt; i++) dirty |= touched[i] / PIECE == off / PIECE;
+    uLong piece = dirty ? crc32(0L, p + off, (uInt)len) : zero_piece;
+    crc = crc32_combine(crc, piece, (z_off_t)len);
+  }
+  return (uint32_t)crc;
+}
+
+static void test_crc_over_4gib(void) {
+  const char *check = "123456789"; /* CRC-32's check value is cbf43926 */
+  uint32_t c = sbn_nn_st_crc32(0, check, 9);
+  printf("crc32(\"123456789\") = %08x (want cbf43926)\n", (unsigned)c);
+  failures += c != 0xcbf43926u;
+
+  const size_t n = ((size_t)4 << 30) + 3 * PIECE + 5;
+  if (test_skip_large((int64_t)n, (int64_t)1 << 30)) return; /* zlib is not instrumented */
+  unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    printf("SKIP crc over 4 GiB: cannot map %zu bytes of address space\n", n);
+    return;
+  }
+  /* A few nonzero bytes, around the 4 GiB mark a 32-bit length wraps at. */
+  const size_t touched[] = {0, ((size_t)1 << 32) - 1, (size_t)1 << 32, n - 1};
+  for (int i = 0; i < 4; i++) p[touched[i]] = (unsigned char)(0x5a + i);
+  uint32_t want = reference_crc(p, n, touched, 4);
+  double t0 = now_s();
+  uint32_t got = sbn_nn_st_crc32(0, p, n);
+  double t1 = now_s();
+  printf("crc of %zu bytes (4 GiB + %zu): %08x, pieces combined: %08x (%.1f s)%s\n", n, n - ((size_t)4 << 30),
+         (unsigned)got, (unsigned)want, t1 - t0, got == want ? "" : "  FAIL");
+  failures += got != want;
+  munmap(p, n);
+}
+
+static int count_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".tmp-") != NULL;
+  if (d) closedir(d);
+  return n;
+}
+
+static int same_file(const char *path, const unsigned char *want, size_t wl) {
+  unsigned char *b;
+  size_t l;
+  if (nn_read_file(path, &b, &l)) return 0;
+  int same = l == wl && !memcmp(b, want, wl);
+  free(b);
+  return same;
+}
+
+static sbn_nn_entry float_entry(const char *name, float *v) {
+  sbn_nn_entry e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.name, sizeof e.name, "%s", name);
+  e.kind = SBN_NN_ENTRY_KIND_PARAMETER, e.dtype = SBN_DTYPE_FLOAT32, e.ndim = 1, e.shape[0] = 1, e.numel = 1;
+  e.data = v;
+  return e;
+}
+
+/* Entries whose names escape to 6 bytes a character in JSON (\u0001), so a
+ * header near 100 MiB needs only ~65,000 of them. */
+static sbn_nn_entry *escaped_entries(int n, float *v) {
+  sbn_nn_entry *e = calloc((size_t)n, sizeof *e);
+  char name[SBN_NN_NAME_MAX];
+  for (int i = 0; e && i < n; i++) {
+    snprintf(name, sizeof name, "%06d", i);
+    memset(name + 6, 1, SBN_NN_NAME_MAX - 7);
+    name[SBN_NN_NAME_MAX - 1] = 0;
+    e[i] = float_entry(name, &v[i]);
+  }
+  return e;
+}
+
+static void test_header_limit(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/limit.safetensors", dir);
+  float one = 1, *v = calloc(70000, sizeof *v);
+  sbn_nn_entry small = float_entry("w", &one);
+  MUST(sbn_nn_save_entries(path, &small, 1));
+  unsigned char *before;
+  size_t bl;
+  if (!v || nn_read_file(path, &before, &bl)) exit(1);
+  sbn_nn_entry *e = escaped_entries(70000, v);
+  sbn_status st = sbn_nn_save_entries(path, e, 70000);
+  int intact = same_file(path, before, bl), tmps = count_tmp(dir);
+  printf("save of 70000 entries with 255-character escaped names -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  printf("  previous file %s, %d temporary files\n", intact ? "intact" : "CHANGED", tmps);
+  int bad = st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "limit") || !intact || tmps;
+  if (bad) printf("  FAIL: a header the loader refuses must not be written\n");
+  failures += bad;
+  /* Just under the limit: saves, and loads back. */
+  st = sbn_nn_save_entries(path, e, 64000);
+  unsigned char *buf;
+  size_t len;
+  sbn_status lst = st == SBN_STATUS_OK && !nn_read_file(path, &buf, &len)
+                       ? sbn_nn_load_entries(e, 64000, buf, len, SBN_NN_LOAD_STRICT, NULL)
+                       : SBN_STATUS_IO_ERROR;
+  uint64_t hl = 0;
+  for (int i = 7; st == SBN_STATUS_OK && i >= 0; i--) hl = hl << 8 | buf[i];
+  printf("save of 64000 such entries -> %s (header %llu bytes); load -> %s %s\n", sbn_status_name(st),
+         (unsigned long long)hl, sbn_status_name(lst), lst ? sbn_last_error() : "");
+  failures += st != SBN_STATUS_OK || lst != SBN_STATUS_OK;
+  if (st == SBN_STATUS_OK) free(buf);
+  free(e), free(v), free(before);
+}
+
+static void too_slow(int sig) {
+  (void)sig;
+  static const char msg[] = "FAIL: saving the entries took over 60 s\n";
+  (void)!write(1, msg, sizeof msg - 1);
+  _exit(1);
+}
+
+static void test_many_entries(const char *dir) {
+  const char *san = getenv("SBN_TEST_SANITIZED");
+  const int N = san && atoi(san) ? 40000 : 400000; /* the speed is the normal build's to check */
+  if (N < 400000) printf("  (40000 entries, not 400000, under SBN_TEST_SANITIZED=1)\n");
+  char path[300];
+  snprintf(path, sizeof path, "%s/many.safetensors", dir);
+  sbn_nn_entry *e = calloc(N, sizeof *e), *back = calloc(N, sizeof *back);
+  float *v = calloc(N, sizeof *v), *w = calloc(N, sizeof *w);
+  if (!e || !back || !v || !w) exit(1);
+  char name[64];
+  for (int i = 0; i < N; i++) {
+    v[i] = (float)i;
+    snprintf(name, sizeof name, "blocks.%d.weight", (int)((int64_t)i * 7919 % N)); /* not in sorted order */
+    e[i] = float_entry(name, &v[i]);
+    back[i] = float_entry(name, &w[i]);
+  }
+  signal(SIGALRM, too_slow);
+  alarm(60);
+  double t0 = now_s();
+  snprintf(e[N - 1].name, sizeof e[N - 1].name, "%s", e[12345].name);
+  sbn_status dup = sbn_nn_save_entries(path, e, N);
+  char msg[300];
+  snprintf(msg, sizeof msg, "%s", sbn_last_error());
+  double t1 = now_s();
+  snprintf(e[N - 1].name, sizeof e[N - 1].name, "%s", back[N - 1].name);
+  sbn_status st = sbn_nn_save_entries(path, e, N);
+  double t2 = now_s();
+  alarm(0);
+  printf("%d entries, one name twice -> %s in %.2f s: %s\n", N, sbn_status_name(dup), t1 - t0, msg);
+  unsigned char *buf;
+  size_t len;
+  sbn_status lst = st == SBN_STATUS_OK && !nn_read_file(path, &buf, &len)
+                       ? sbn_nn_load_entries(back, N, buf, len, SBN_NN_LOAD_STRICT, NULL)
+                       : SBN_STATUS_IO_ERROR;
+  int same = lst == SBN_STATUS_OK && !memcmp(v, w, (size_t)N * sizeof *v);
+  printf("%d distinct entries -> %s in %.2f s; loaded back: %s, values %s\n", N, sbn_status_name(st), t2 - t1,
+         sbn_status_name(lst), same ? "equal" : "DIFFER");
+  failures += dup != SBN_STATUS_INVALID_ARGUMENT || !strstr(msg, "appears twice") || st || lst || !same;
+  if (lst == SBN_STATUS_OK) free(buf);
+  free(e), free(back), free(v), free(w);
+}
+
+/* Load from a buffer of exactly the file's size, so reading past an entry
+ * that ends the data is caught by ASan. */
+static sbn_status save_and_load(const char *path, sbn_nn_entry *e, sbn_nn_entry *into) {
+  sbn_status st = sbn_nn_save_entries(path, e, 1);
+  unsigned char *buf;
+  size_t len;
+  if (st != SBN_STATUS_OK || nn_read_file(path, &buf, &len)) return SBN_STATUS_IO_ERROR;
+  st = sbn_nn_load_entries(into, 1, buf, len, SBN_NN_LOAD_STRICT, NULL);
+  free(buf);
+  return st;
+}
+
+static void test_nbt_sizes(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/nbt.safetensors", dir);
+  int64_t none = 7, two[2] = {4, -1}, into[2] = {9, 9};
+  sbn_nn_entry e, in;
+  memset(&e, 0, sizeof e);
+  snprintf(e.name, sizeof e.name, "num_batches_tracked");
+  e.kind = SBN_NN_ENTRY_KIND_BUFFER, e.dtype = SBN_DTYPE_INT64, e.ndim = 1, e.shape[0] = 0, e.numel = 0;
+  e.data = &none;
+  in = e, in.data = into;
+  sbn_status st = save_and_load(path, &e, &in);
+  printf("num_batches_tracked of shape [0] -> %s %s\n", sbn_status_name(st), st ? sbn_last_error() : "");
+  failures += st != SBN_STATUS_OK || into[0] != 9;
+  snprintf(e.name, sizeof e.name, "bn.num_batches_tracked");
+  e.shape[0] = e.numel = 2, e.data = two;
+  in = e, in.data = into;
+  st = save_and_load(path, &e, &in);
+  printf("num_batches_tracked of shape [2] = {4, -1} -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  failures += st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "-1") || into[0] != 9 || into[1] != 9;
+}
+
+static void make_old_file(const char *dir, const char *name) {
+  char p[400];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  if (nn_write_file(p, "user data", 9)) exit(1);
+  struct timespec t[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+  utimensat(AT_FDCWD, p, t, 0);
+}
+
+static int exists(const char *dir, const char *name) {
+  char p[400];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+static void test_stale_temps(const char *dir) {
+  static const char *keep[] = {"model.st.tmp-backup", "model.st.tmp-XYZ123", "model.st.tmp-syncbn-Ab12C",
+                               "model.st.tmp-syncbn-Ab12Cd7", "model.st.tmp-syncbn-Ab-2Cd",
+                               "model.st.tmp-syncbn-Ab12Cd.old", "other.st.tmp-syncbn-Ab12Cd"};
+  const char *ours = "model.st.tmp-syncbn-Ab12Cd";
+  const int nk = (int)(sizeof keep / sizeof *keep);
+  char path[300];
+  snprintf(path, sizeof path, "%s/model.st", dir);
+  for (int i = 0; i < nk; i++) make_old_file(dir, keep[i]);
+  make_old_file(dir, ours);
+  float one = 1;
+  sbn_nn_entry e = float_entry("", &one);
+  sbn_status st = sbn_nn_save_entries(path, &e, 1);
+  int all = exists(dir, ours);
+  for (int i = 0; i < nk; i++) all &= exists(dir, keep[i]);
+  printf("refused save (%s) -> %s; the hour-old files %s\n", sbn_last_error(), sbn_status_name(st),
+         all ? "all still there" : "CHANGED");
+  failures += st != SBN_STATUS_INVALID_ARGUMENT || !all;
+  e = float_entry("w", &one);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  printf("a save of %s: stale temporary file %s %s\n", path, ours, exists(dir, ours) ? "KEPT" : "removed");
+  failures += exists(dir, ours);
+  for (int i = 0; i < nk; i++) {
+    int ok = exists(dir, keep[i]);
+    printf("  %-32s %s\n", keep[i], ok ? "kept" : "DELETED");
+    failures += !ok;
+  }
+}
+
+static void test_empty_path(void) {
+  float one = 1;
+  sbn_nn_entry e = float_entry("w", &one);
+  sbn_status st = sbn_nn_save_entries("", &e, 1);
+  printf("sbn_nn_save_entries(\"\") -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  failures += st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "empty");
+  sbn_module *m;
+  if (nn_build_net(&m, 1)) exit(1);
+  st = sbn_nn_save("", m);
+  printf("sbn_nn_save(\"\") -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  failures += st != SBN_STATUS_INVALID_ARGUMENT || !strstr(sbn_last_error(), "empty");
+  sbn_module_destroy(m);
+}
+
+/* Arguments name the parts to run (crc header many nbt temps path); none: all. */
+static int wanted(int argc, char **argv, const char *part) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], part)) return 1;
+  return argc < 2;
+}
+
+int main(int argc, char **argv) {
+  char dir[] = "/tmp/sbn_edges_XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  if (wanted(argc, argv, "crc")) test_crc_over_4gib();
+  if (wanted(argc, argv, "header")) test_header_limit(dir);
+  if (wanted(argc, argv, "many")) test_many_entries(dir);
+  if (wanted(argc, argv, "nbt")) test_nbt_sizes(dir);
+  if (wanted(argc, argv, "temps")) test_stale_temps(dir);
+  if (wanted(argc, argv, "path")) test_empty_path();
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) printf("warning: could not remove %s\n", dir);
+  printf("%s (%d failures)\n", failures ? "FAILED" : "all ok", failures);
+  return failures ? 1 : 0;
+}
