@@ -95,7 +95,14 @@ static int make_dirs(const char *path) {
 
 /* The output folder must exist and take files before any training starts. */
 static int check_dir(const char *what, const char *dir) {
-  if (make_dirs(dir) != 0 || access(dir, W_OK | X_OK) != 0) {
+  struct stat sb;
+  const int made = make_dirs(dir) == 0 && stat(dir, &sb) == 0;
+  if (made && !S_ISDIR(sb.st_mode)) { /* mkdir's EEXIST accepted it; access would only say EACCES */
+    fprintf(stderr, "syncbn-train: %s '%s' is not a directory%s\n", what, dir,
+            S_ISREG(sb.st_mode) ? ": it is a regular file" : "");
+    return -1;
+  }
+  if (!made || access(dir, W_OK | X_OK) != 0) {
     fprintf(stderr, "syncbn-train: %s '%s' is not a writable folder: %s\n", what, dir, strerror(errno));
     return -1;
   }

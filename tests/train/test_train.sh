@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # syncbn-train end to end (thread ranks; the MPI cases are in test_train_mpi.sh):
-#  options: --help, --version, strict numbers, unknown options, unwritable --out;
+#  options: --help, --version, strict numbers, unknown options, unwritable --out, a file
+#    given as --out or --checkpoint-dir;
 #  launchers: torchrun-style and Slurm variables are refused with the command that works;
 #  training: 2 thread ranks reach the stated accuracy; --batch 1 trains (SyncBN over 4
 #    ranks x 1 image == one rank x 4 images); local BN with batch 1 trains too;
@@ -46,6 +47,13 @@ mkdir -p "$tmp/ro"; touch "$tmp/ro/file"
 echo "    --out under a file -> exit $rc: $(cat "$tmp/e")"
 [ $rc -eq 2 ] && grep -q "is not a writable folder" "$tmp/e"
 check "--out that cannot be a folder is a clear error" $?
+for opt in --out --checkpoint-dir; do
+  [ $opt = --out ] && other= || other="--out $tmp/nd"
+  "$bin" $other $opt "$tmp/ro/file" --epochs 1 >/dev/null 2>"$tmp/e"; rc=$?
+  echo "    $opt a regular file -> exit $rc: $(cat "$tmp/e")"
+  [ $rc -eq 2 ] && grep -qF -- "$opt '$tmp/ro/file' is not a directory: it is a regular file" "$tmp/e"
+  check "$opt naming a regular file says it is not a directory" $?
+done
 
 echo "# launchers"
 for envs in "RANK=0 WORLD_SIZE=2" "SLURM_PROCID=1 SLURM_NTASKS=4"; do
