@@ -17,6 +17,7 @@
 #include "train/args.h"
 #include "train/data.h"
 #include "train/fail.h"
+#include "train/file.h"
 #include "train/launch.h"
 #include "train/report.h"
 #include "train/trainer.h"
@@ -224,8 +225,10 @@ int main(int argc, char **argv) {
   int io_bad = 0;
   if (rank == 0) {
     io_bad = check_dir("--out", out_dir) || (base.ckpt_dir && check_dir("--checkpoint-dir", base.ckpt_dir));
-    if (!io_bad && !base.resume && report_csv_create(csv) != 0)
-      io_bad = 1, fprintf(stderr, "syncbn-train: cannot write %s: %s\n", csv, strerror(errno));
+    /* gnuplot opens the plot itself: a FIFO there would block it, and the
+     * program waiting for gnuplot, at the end of the run */
+    if (!io_bad && ((!base.resume && report_csv_create(csv) != 0) || train_check_regular(png) != 0))
+      io_bad = 1, fprintf(stderr, "syncbn-train: %s\n", train_error());
   }
   if (io_bad) {
     ABORT_JOB(2);

@@ -10,7 +10,8 @@
 #    position out of range (valid CRC) is refused;
 #  signals: SIGINT and SIGTERM stop cleanly with a checkpoint that resumes;
 #  files: stale temporary files of crashed saves are removed, live and foreign ones kept;
-#    a --out path with a quote and a newline is passed to gnuplot as data, not script.
+#    a --out path with a quote and a newline is passed to gnuplot as data, not script;
+#    a FIFO as the resume file, the log or the plot is refused at once, naming it.
 set -u
 bin=${1:-build/tools/syncbn-train}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -187,6 +188,27 @@ T "$bin" --bn both --ranks 2 --batch 8 --epochs 1 --train-size 64 --test-size 32
 rc=$?
 [ $rc -eq 0 ] && [ -s "$odd/train_curves.png" ] && [ ! -e "$tmp/pwned" ] && grep -q "plot: " "$tmp/odd.log"
 check "--out with a quote, a newline and gnuplot code: plot drawn there, nothing executed (exit $rc)" $?
+
+# A FIFO would block the open until a writer (or reader) came, with the rank threads
+# stuck where SIGTERM cannot stop them: refused at once, naming the file.
+fifo_case() { # description, expected file, program arguments...
+  local what=$1 file=$2; shift 2
+  local t0=$SECONDS
+  timeout -k 2 20 "$bin" "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
+  echo "    $what -> exit $rc after $((SECONDS - t0)) s: $(tail -1 "$tmp/e")"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ $((SECONDS - t0)) -le 10 ] &&
+    grep -q "$file is a FIFO (named pipe); expected a regular file" "$tmp/e"
+  check "$what: refused at once with a message naming it" $?
+}
+d="$tmp/fifo"; cp -r "$tmp/part" "$d"
+rm "$d/syncbn-train-syncbn.resume.safetensors"; mkfifo "$d/syncbn-train-syncbn.resume.safetensors"
+fifo_case "--resume from a FIFO" "$d/syncbn-train-syncbn.resume.safetensors" $res --checkpoint-dir "$d" --out "$d" --resume
+mkdir -p "$tmp/fifo_log"; mkfifo "$tmp/fifo_log/train_log.csv"
+fifo_case "a FIFO as the log" "$tmp/fifo_log/train_log.csv" $res --out "$tmp/fifo_log"
+fifo_case "a FIFO as the log, --resume" "$tmp/fifo_log/train_log.csv" $res --out "$tmp/fifo_log" \
+  --checkpoint-dir "$tmp/fifo_log" --resume
+mkdir -p "$tmp/fifo_png"; mkfifo "$tmp/fifo_png/train_curves.png"
+fifo_case "a FIFO as the plot" "$tmp/fifo_png/train_curves.png" $res --out "$tmp/fifo_png"
 
 [ $fail -eq 0 ] && echo "syncbn-train checks passed" || echo "FAILED"
 exit $fail

@@ -176,7 +176,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
              (long long)ck.v[RESUME_STEP]);
   }
   if (st == SBN_STATUS_OK && rank == 0 && cfg->csv_path && report_csv_trim(cfg->csv_path, mode, (int)ck.v[RESUME_EPOCH]))
-    st = train_fail(SBN_STATUS_IO_ERROR, "cannot write the log %s", cfg->csv_path);
+    st = SBN_STATUS_IO_ERROR; /* report_csv_trim said why */
   st = agree(g, st);
   sbn_dp_options dpo = sbn_dp_options_default();
   dpo.reduce = SBN_DP_REDUCE_SUM; /* with the loss divided by the global batch */
@@ -275,7 +275,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
     }
     if (rank == 0 && cfg->csv_path && st == SBN_STATUS_OK &&
         report_csv_row(cfg->csv_path, mode, epoch + 1, &e, partial ? step : steps_per_epoch, partial))
-      st = train_fail(SBN_STATUS_IO_ERROR, "cannot append to the log %s", cfg->csv_path);
+      st = SBN_STATUS_IO_ERROR; /* report_csv_row said why */
     st = agree(g, st);
   }
   if (rank == 0) result->interrupted = stop;
