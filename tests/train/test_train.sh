@@ -11,13 +11,14 @@
 #  signals: SIGINT and SIGTERM stop cleanly with a checkpoint that resumes;
 #  files: stale temporary files of crashed saves are removed, live and foreign ones kept;
 #    a --out path with a quote and a newline is passed to gnuplot as data, not script;
-#    a FIFO as the resume file, the log or the plot is refused at once, naming it.
+#    a FIFO as the resume file, the log or the plot is refused at once, naming it; a
+#    checkpoint that cannot be written (file size limit, full disk) fails with the reason.
 set -u
 bin=${1:-build/tools/syncbn-train}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 lockpid=
-trap '[ -n "$lockpid" ] && kill $lockpid 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -n "$lockpid" ] && kill $lockpid 2>/dev/null; mountpoint -q "$tmp/full_fs" && umount "$tmp/full_fs"; rm -rf "$tmp"' EXIT
 fail=0
 check() { # description, condition-exit-status
   if [ "$2" -eq 0 ]; then echo "  ok    $1"; else echo "  FAIL  $1"; fail=1; fi
@@ -209,6 +210,30 @@ fifo_case "a FIFO as the log, --resume" "$tmp/fifo_log/train_log.csv" $res --out
   --checkpoint-dir "$tmp/fifo_log" --resume
 mkdir -p "$tmp/fifo_png"; mkfifo "$tmp/fifo_png/train_curves.png"
 fifo_case "a FIFO as the plot" "$tmp/fifo_png/train_curves.png" $res --out "$tmp/fifo_png"
+
+# A checkpoint that cannot be written fails with the library's reason, naming the file.
+# The file size limit works unprivileged (SIGXFSZ ignored: write fails with EFBIG); a
+# full tmpfs needs root.
+save_fails() { # description, expected reason, checkpoint dir
+  grep -q "writing $3/syncbn-train-syncbn.*failed: $2" "$tmp/e" && ! grep -q "no error message recorded" "$tmp/e"
+  check "$1: the reason reaches the user" $?
+}
+d="$tmp/fsize"
+(trap '' XFSZ; ulimit -f 8; exec timeout -k 5 120 "$bin" --bn sync --ranks 2 --batch 4 --epochs 1 --train-size 64 \
+  --test-size 32 --quiet --checkpoint-dir "$d" --out "$d") >/dev/null 2>"$tmp/e"; rc=$?
+echo "    checkpoint over the file size limit -> exit $rc: $(cat "$tmp/e")"
+[ $rc -eq 1 ]; check "checkpoint over the file size limit: exit 1" $?
+save_fails "checkpoint over the file size limit" "File too large" "$d"
+mkdir -p "$tmp/full_fs"
+if mount -t tmpfs -o size=16k tmpfs "$tmp/full_fs" 2>/dev/null; then
+  T "$bin" --bn sync --ranks 2 --batch 4 --epochs 1 --train-size 64 --test-size 32 --quiet \
+    --checkpoint-dir "$tmp/full_fs" --out "$tmp/full_out" >/dev/null 2>"$tmp/e"; rc=$?
+  echo "    checkpoint on a full disk -> exit $rc: $(cat "$tmp/e")"
+  save_fails "checkpoint on a full disk" "No space left on device" "$tmp/full_fs"
+  umount "$tmp/full_fs"
+else
+  echo "  SKIP  checkpoint on a full disk (mounting a small tmpfs needs root)"
+fi
 
 [ $fail -eq 0 ] && echo "syncbn-train checks passed" || echo "FAILED"
 exit $fail

@@ -130,6 +130,11 @@ static sbn_status evaluate(double *acc, sbn_group *g, sbn_module *model, const s
  * cannot read) must reach every rank before the next collective, or the
  * others would wait for the failed rank until the group's timeout. */
 static sbn_status agree(sbn_group *g, sbn_status st) {
+  if (st != SBN_STATUS_OK) { /* keep the reason: the all-reduce clears the library's last error */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", train_error());
+    train_fail(st, "%s", why);
+  }
   double bad = st != SBN_STATUS_OK;
   sbn_status ast = sbn_group_allreduce(g, &bad, 1, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
   if (st != SBN_STATUS_OK) return st;
