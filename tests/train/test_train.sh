@@ -7,7 +7,8 @@
 #    ranks x 1 image == one rank x 4 images); local BN with batch 1 trains too;
 #  resume: stopped + resumed == uninterrupted (checkpoints bit for bit, log rows equal,
 #    the partial epoch marked); a different --batch/--ranks/data is refused; a checkpoint
-#    position out of range (valid CRC) is refused;
+#    position out of range (valid CRC) is refused; --resume without a resume file starts
+#    afresh and says so, or is refused when a model file would be overwritten;
 #  signals: SIGINT and SIGTERM stop cleanly with a checkpoint that resumes;
 #  files: stale temporary files of crashed saves are removed, live and foreign ones kept;
 #    a --out path with a quote and a newline is passed to gnuplot as data, not script;
@@ -142,6 +143,21 @@ for pos in "trainer.epoch=2147483649" "trainer.epoch=1 trainer.step=-2" "trainer
   [ $rc -ne 0 ] && grep -q "outside this run" "$tmp/e"
   check "a checkpoint at $pos (valid CRC) is refused" $?
 done
+
+# --resume before any checkpoint (a job script that always passes it) starts afresh and
+# says so; a model file without its resume file is refused, not overwritten
+T "$bin" $res --checkpoint-dir "$tmp/fresh" --out "$tmp/fresh" --resume --stop-after 3 >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    --resume, no checkpoint yet -> exit $rc: $(grep 'resume:' "$tmp/o")"
+[ $rc -eq 0 ] && grep -qx "  resume: no $tmp/fresh/syncbn-train-syncbn.resume.safetensors; starting at epoch 1" "$tmp/o"
+check "--resume with no checkpoint yet starts at epoch 1 and says so" $?
+model="$tmp/fresh/syncbn-train-syncbn.safetensors"
+rm -f "$tmp/fresh/syncbn-train-syncbn.resume.safetensors"
+sum=$(md5sum <"$model")
+T "$bin" $res --checkpoint-dir "$tmp/fresh" --out "$tmp/fresh" --resume >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    --resume, model file only -> exit $rc: $(cat "$tmp/e")"
+[ $rc -ne 0 ] && grep -q "model file alone cannot resume" "$tmp/e" && grep -q "remove it or use another --checkpoint-dir" "$tmp/e" &&
+  [ "$(md5sum <"$model")" = "$sum" ] && [ ! -e "$tmp/fresh/syncbn-train-syncbn.resume.safetensors" ]
+check "--resume with the model file but no resume file is refused and overwrites nothing" $?
 
 echo "# signals"
 for sig in INT TERM; do

@@ -179,6 +179,14 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
     if (st == SBN_STATUS_OK && rank == 0 && !cfg->quiet)
       printf("  resumed from %s at epoch %lld, step %lld\n", resume_path, (long long)ck.v[RESUME_EPOCH] + 1,
              (long long)ck.v[RESUME_STEP]);
+  } else if (st == SBN_STATUS_OK && cfg->resume && access(model_path, F_OK) == 0) {
+    /* the first save would replace a model trained once */
+    st = train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "resume: %s is missing, but %s exists: the model file alone cannot resume (it holds no "
+                    "optimizer state or position). To start over, remove it or use another --checkpoint-dir",
+                    resume_path, model_path);
+  } else if (st == SBN_STATUS_OK && cfg->resume && rank == 0) { /* a job script that always passes --resume */
+    printf("  resume: no %s; starting at epoch 1\n", resume_path);
   }
   if (st == SBN_STATUS_OK && rank == 0 && cfg->csv_path && report_csv_trim(cfg->csv_path, mode, (int)ck.v[RESUME_EPOCH]))
     st = SBN_STATUS_IO_ERROR; /* report_csv_trim said why */
