@@ -38,7 +38,7 @@ $(BUILD)/fuzz/fuzz_mnist: tests/fuzz/fuzz_datasets.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) -fsanitize=fuzzer -DFUZZ_MNIST -o $@ $< $(SBN_STATIC_LINK)
 
-FUZZ_RESUME_SRCS := tests/train/resume_fixture.c tools/train/resume.c tools/train/fail.c tools/train/model.c
+FUZZ_RESUME_SRCS := tests/train/resume_fixture.c tools/train/resume.c tools/train/fail.c tools/train/file.c tools/train/model.c
 $(BUILD)/fuzz/fuzz_resume: tests/fuzz/fuzz_resume.c $(FUZZ_RESUME_SRCS) tests/train/resume_fixture.h \
                            $(wildcard tools/train/*.h) $(SBN_STATIC)
 	@mkdir -p $(dir $@)

@@ -1,7 +1,7 @@
 # syncbn-train, the main job. Built with MPI support when mpicc was found
 # (mk/mpi.mk sets MPICC and MPI_CFLAGS first).
 TRAIN_SRCS := tools/train/model.c tools/train/trainer.c tools/train/report.c tools/train/args.c \
-              tools/train/launch.c tools/train/data.c tools/train/fail.c tools/train/resume.c
+              tools/train/launch.c tools/train/data.c tools/train/fail.c tools/train/file.c tools/train/resume.c
 TRAIN_BIN := $(BUILD)/tools/syncbn-train
 DEPS_BUILD += libopenblas-dev libcjson-dev zlib1g-dev gnuplot-nox
 DEPS_TEST += gnuplot-nox
@@ -35,7 +35,7 @@ EXTRA_TEST_CMDS += 'cmd:tests/train/test_train_output.sh $(TRAIN_BIN)'
 
 # The resume checkpoint's validation (tools/train/resume.c) over the seed corpus of
 # its fuzz target (tests/fuzz/corpus/resume, written by make fuzz-seeds).
-RESUME_TEST_SRCS := tests/train/resume_fixture.c tools/train/resume.c tools/train/fail.c tools/train/model.c
+RESUME_TEST_SRCS := tests/train/resume_fixture.c tools/train/resume.c tools/train/fail.c tools/train/file.c tools/train/model.c
 RESUME_TEST := $(BUILD)/tests/train/test_resume
 all: $(RESUME_TEST)
 $(RESUME_TEST): tests/train/test_resume.c $(RESUME_TEST_SRCS) tests/train/resume_fixture.h $(wildcard tools/train/*.h) \

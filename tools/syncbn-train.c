@@ -17,6 +17,7 @@
 #include "train/args.h"
 #include "train/data.h"
 #include "train/fail.h"
+#include "train/file.h"
 #include "train/launch.h"
 #include "train/report.h"
 #include "train/trainer.h"
@@ -49,7 +50,8 @@ static void usage(FILE *f) {
           "  --checkpoint-dir D after every epoch write D/syncbn-train-MODE.safetensors (the\n"
           "                     model: a PyTorch state dict) and ...MODE.resume.safetensors\n"
           "  --resume           continue from D's resume file, exactly where it stopped\n"
-          "                     (refused if --ranks, --batch, --seed, --width or the data differ)\n"
+          "                     (refused if --ranks, --batch, --seed, --width or the data differ;\n"
+          "                     none yet: start at epoch 1, unless D holds the model file)\n"
           "  --out DIR          where train_log.csv and train_curves.png go (default build/run)\n"
           "  --stop-after K     stop after K steps as if interrupted (for tests)\n"
           "  --quiet            no per-epoch lines\n"
@@ -95,7 +97,14 @@ static int make_dirs(const char *path) {
 
 /* The output folder must exist and take files before any training starts. */
 static int check_dir(const char *what, const char *dir) {
-  if (make_dirs(dir) != 0 || access(dir, W_OK | X_OK) != 0) {
+  struct stat sb;
+  const int made = make_dirs(dir) == 0 && stat(dir, &sb) == 0;
+  if (made && !S_ISDIR(sb.st_mode)) { /* mkdir's EEXIST accepted it; access would only say EACCES */
+    fprintf(stderr, "syncbn-train: %s '%s' is not a directory%s\n", what, dir,
+            S_ISREG(sb.st_mode) ? ": it is a regular file" : "");
+    return -1;
+  }
+  if (!made || access(dir, W_OK | X_OK) != 0) {
     fprintf(stderr, "syncbn-train: %s '%s' is not a writable folder: %s\n", what, dir, strerror(errno));
     return -1;
   }
@@ -217,8 +226,10 @@ int main(int argc, char **argv) {
   int io_bad = 0;
   if (rank == 0) {
     io_bad = check_dir("--out", out_dir) || (base.ckpt_dir && check_dir("--checkpoint-dir", base.ckpt_dir));
-    if (!io_bad && !base.resume && report_csv_create(csv) != 0)
-      io_bad = 1, fprintf(stderr, "syncbn-train: cannot write %s: %s\n", csv, strerror(errno));
+    /* gnuplot opens the plot itself: a FIFO there would block it, and the
+     * program waiting for gnuplot, at the end of the run */
+    if (!io_bad && ((!base.resume && report_csv_create(csv) != 0) || train_check_regular(png) != 0))
+      io_bad = 1, fprintf(stderr, "syncbn-train: %s\n", train_error());
   }
   if (io_bad) {
     ABORT_JOB(2);

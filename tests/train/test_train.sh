@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # syncbn-train end to end (thread ranks; the MPI cases are in test_train_mpi.sh):
-#  options: --help, --version, strict numbers, unknown options, unwritable --out;
+#  options: --help, --version, strict numbers, unknown options, unwritable --out, a file
+#    given as --out or --checkpoint-dir;
 #  launchers: torchrun-style and Slurm variables are refused with the command that works;
 #  training: 2 thread ranks reach the stated accuracy; --batch 1 trains (SyncBN over 4
 #    ranks x 1 image == one rank x 4 images); local BN with batch 1 trains too;
 #  resume: stopped + resumed == uninterrupted (checkpoints bit for bit, log rows equal,
 #    the partial epoch marked); a different --batch/--ranks/data is refused; a checkpoint
-#    position out of range (valid CRC) is refused;
+#    position out of range (valid CRC) is refused; --resume without a resume file starts
+#    afresh and says so, or is refused when a model file would be overwritten;
 #  signals: SIGINT and SIGTERM stop cleanly with a checkpoint that resumes;
 #  files: stale temporary files of crashed saves are removed, live and foreign ones kept;
-#    a --out path with a quote and a newline is passed to gnuplot as data, not script.
+#    a --out path with a quote and a newline is passed to gnuplot as data, not script;
+#    a FIFO as the resume file, the log or the plot is refused at once, naming it; a
+#    checkpoint that cannot be written (file size limit, full disk) fails with the reason.
 set -u
 bin=${1:-build/tools/syncbn-train}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 lockpid=
-trap '[ -n "$lockpid" ] && kill $lockpid 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -n "$lockpid" ] && kill $lockpid 2>/dev/null; mountpoint -q "$tmp/full_fs" && umount "$tmp/full_fs"; rm -rf "$tmp"' EXIT
 fail=0
 check() { # description, condition-exit-status
   if [ "$2" -eq 0 ]; then echo "  ok    $1"; else echo "  FAIL  $1"; fail=1; fi
@@ -46,6 +50,13 @@ mkdir -p "$tmp/ro"; touch "$tmp/ro/file"
 echo "    --out under a file -> exit $rc: $(cat "$tmp/e")"
 [ $rc -eq 2 ] && grep -q "is not a writable folder" "$tmp/e"
 check "--out that cannot be a folder is a clear error" $?
+for opt in --out --checkpoint-dir; do
+  [ $opt = --out ] && other= || other="--out $tmp/nd"
+  "$bin" $other $opt "$tmp/ro/file" --epochs 1 >/dev/null 2>"$tmp/e"; rc=$?
+  echo "    $opt a regular file -> exit $rc: $(cat "$tmp/e")"
+  [ $rc -eq 2 ] && grep -qF -- "$opt '$tmp/ro/file' is not a directory: it is a regular file" "$tmp/e"
+  check "$opt naming a regular file says it is not a directory" $?
+done
 
 echo "# launchers"
 for envs in "RANK=0 WORLD_SIZE=2" "SLURM_PROCID=1 SLURM_NTASKS=4"; do
@@ -133,6 +144,21 @@ for pos in "trainer.epoch=2147483649" "trainer.epoch=1 trainer.step=-2" "trainer
   check "a checkpoint at $pos (valid CRC) is refused" $?
 done
 
+# --resume before any checkpoint (a job script that always passes it) starts afresh and
+# says so; a model file without its resume file is refused, not overwritten
+T "$bin" $res --checkpoint-dir "$tmp/fresh" --out "$tmp/fresh" --resume --stop-after 3 >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    --resume, no checkpoint yet -> exit $rc: $(grep 'resume:' "$tmp/o")"
+[ $rc -eq 0 ] && grep -qx "  resume: no $tmp/fresh/syncbn-train-syncbn.resume.safetensors; starting at epoch 1" "$tmp/o"
+check "--resume with no checkpoint yet starts at epoch 1 and says so" $?
+model="$tmp/fresh/syncbn-train-syncbn.safetensors"
+rm -f "$tmp/fresh/syncbn-train-syncbn.resume.safetensors"
+sum=$(md5sum <"$model")
+T "$bin" $res --checkpoint-dir "$tmp/fresh" --out "$tmp/fresh" --resume >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    --resume, model file only -> exit $rc: $(cat "$tmp/e")"
+[ $rc -ne 0 ] && grep -q "model file alone cannot resume" "$tmp/e" && grep -q "remove it or use another --checkpoint-dir" "$tmp/e" &&
+  [ "$(md5sum <"$model")" = "$sum" ] && [ ! -e "$tmp/fresh/syncbn-train-syncbn.resume.safetensors" ]
+check "--resume with the model file but no resume file is refused and overwrites nothing" $?
+
 echo "# signals"
 for sig in INT TERM; do
   d="$tmp/sig$sig"
@@ -180,6 +206,51 @@ T "$bin" --bn both --ranks 2 --batch 8 --epochs 1 --train-size 64 --test-size 32
 rc=$?
 [ $rc -eq 0 ] && [ -s "$odd/train_curves.png" ] && [ ! -e "$tmp/pwned" ] && grep -q "plot: " "$tmp/odd.log"
 check "--out with a quote, a newline and gnuplot code: plot drawn there, nothing executed (exit $rc)" $?
+
+# A FIFO would block the open until a writer (or reader) came, with the rank threads
+# stuck where SIGTERM cannot stop them: refused at once, naming the file.
+fifo_case() { # description, expected file, program arguments...
+  local what=$1 file=$2; shift 2
+  local t0=$SECONDS
+  timeout -k 2 20 "$bin" "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
+  echo "    $what -> exit $rc after $((SECONDS - t0)) s: $(tail -1 "$tmp/e")"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ $((SECONDS - t0)) -le 10 ] &&
+    grep -q "$file is a FIFO (named pipe); expected a regular file" "$tmp/e"
+  check "$what: refused at once with a message naming it" $?
+}
+d="$tmp/fifo"; cp -r "$tmp/part" "$d"
+rm "$d/syncbn-train-syncbn.resume.safetensors"; mkfifo "$d/syncbn-train-syncbn.resume.safetensors"
+fifo_case "--resume from a FIFO" "$d/syncbn-train-syncbn.resume.safetensors" $res --checkpoint-dir "$d" --out "$d" --resume
+mkdir -p "$tmp/fifo_log"; mkfifo "$tmp/fifo_log/train_log.csv"
+fifo_case "a FIFO as the log" "$tmp/fifo_log/train_log.csv" $res --out "$tmp/fifo_log"
+fifo_case "a FIFO as the log, --resume" "$tmp/fifo_log/train_log.csv" $res --out "$tmp/fifo_log" \
+  --checkpoint-dir "$tmp/fifo_log" --resume
+mkdir -p "$tmp/fifo_png"; mkfifo "$tmp/fifo_png/train_curves.png"
+fifo_case "a FIFO as the plot" "$tmp/fifo_png/train_curves.png" $res --out "$tmp/fifo_png"
+
+# A checkpoint that cannot be written fails with the library's reason, naming the file.
+# The file size limit works unprivileged (SIGXFSZ ignored: write fails with EFBIG); a
+# full tmpfs needs root.
+save_fails() { # description, expected reason, checkpoint dir
+  grep -q "writing $3/syncbn-train-syncbn.*failed: $2" "$tmp/e" && ! grep -q "no error message recorded" "$tmp/e"
+  check "$1: the reason reaches the user" $?
+}
+d="$tmp/fsize"
+(trap '' XFSZ; ulimit -f 8; exec timeout -k 5 120 "$bin" --bn sync --ranks 2 --batch 4 --epochs 1 --train-size 64 \
+  --test-size 32 --quiet --checkpoint-dir "$d" --out "$d") >/dev/null 2>"$tmp/e"; rc=$?
+echo "    checkpoint over the file size limit -> exit $rc: $(cat "$tmp/e")"
+[ $rc -eq 1 ]; check "checkpoint over the file size limit: exit 1" $?
+save_fails "checkpoint over the file size limit" "File too large" "$d"
+mkdir -p "$tmp/full_fs"
+if mount -t tmpfs -o size=16k tmpfs "$tmp/full_fs" 2>/dev/null; then
+  T "$bin" --bn sync --ranks 2 --batch 4 --epochs 1 --train-size 64 --test-size 32 --quiet \
+    --checkpoint-dir "$tmp/full_fs" --out "$tmp/full_out" >/dev/null 2>"$tmp/e"; rc=$?
+  echo "    checkpoint on a full disk -> exit $rc: $(cat "$tmp/e")"
+  save_fails "checkpoint on a full disk" "No space left on device" "$tmp/full_fs"
+  umount "$tmp/full_fs"
+else
+  echo "  SKIP  checkpoint on a full disk (mounting a small tmpfs needs root)"
+fi
 
 [ $fail -eq 0 ] && echo "syncbn-train checks passed" || echo "FAILED"
 exit $fail

@@ -9,19 +9,28 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fail.h"
+#include "file.h"
+
+static int write_failed(const char *path) {
+  train_fail(SBN_STATUS_IO_ERROR, "writing %s failed: %s", path, strerror(errno));
+  return -1;
+}
+
 int report_csv_create(const char *path) {
-  FILE *f = fopen(path, "w");
+  FILE *f = train_fopen(path, "w");
   if (!f) return -1;
   fprintf(f, "%s\n", REPORT_CSV_HEADER);
-  return fclose(f) == 0 ? 0 : -1;
+  return fclose(f) == 0 ? 0 : write_failed(path);
 }
 
 int report_csv_trim(const char *path, const char *mode, int next_epoch) {
-  FILE *f = fopen(path, "r");
+  FILE *f = train_fopen(path, "r");
   if (!f) return errno == ENOENT ? report_csv_create(path) : -1;
   char tmp[4200];
-  if (snprintf(tmp, sizeof tmp, "%s.trim", path) >= (int)sizeof tmp) return fclose(f), -1;
-  FILE *o = fopen(tmp, "w");
+  if (snprintf(tmp, sizeof tmp, "%s.trim", path) >= (int)sizeof tmp)
+    return fclose(f), train_fail(SBN_STATUS_IO_ERROR, "%s: path too long", path), -1;
+  FILE *o = train_fopen(tmp, "w");
   if (!o) return fclose(f), -1;
   char line[1024];
   size_t ml = strlen(mode);
@@ -39,18 +48,18 @@ int report_csv_trim(const char *path, const char *mode, int next_epoch) {
   if (first) fprintf(o, "%s\n", REPORT_CSV_HEADER);
   int err = ferror(f);
   fclose(f);
-  if (fclose(o) != 0 || err || rename(tmp, path) != 0) return unlink(tmp), -1;
+  if (fclose(o) != 0 || err || rename(tmp, path) != 0) return write_failed(path), unlink(tmp), -1;
   return 0;
 }
 
 int report_csv_row(const char *path, const char *mode, int epoch, const epoch_stats *s, int64_t steps, int partial) {
-  FILE *f = fopen(path, "a");
+  FILE *f = train_fopen(path, "a");
   if (!f) return -1;
   fprintf(f, "%s,%d,%.6f,%.6f,", mode, epoch, s->loss, s->train_acc);
   if (partial) fprintf(f, ",");
   else fprintf(f, "%.6f,", s->test_acc);
   fprintf(f, "%.1f,%lld,%s\n", s->images_per_s, (long long)steps, partial ? "partial" : "complete");
-  return fclose(f) == 0 ? 0 : -1;
+  return fclose(f) == 0 ? 0 : write_failed(path);
 }
 
 /* The gnuplot script: ARG1 png, ARG2 csv, ARG3 title, ARG4 the modes run

@@ -11,7 +11,10 @@
  * complete row). */
 #define REPORT_CSV_HEADER "mode,epoch,loss,train_acc,test_acc,images_per_s,steps,status"
 
-/* Start a fresh log (header only). Returns 0, or -1 with errno set. */
+/* The log's functions return 0, or -1 with the reason in train_error(); a
+ * log that is not a regular file (a FIFO would block) is refused at once. */
+
+/* Start a fresh log (header only). */
 int report_csv_create(const char *path);
 /* Before `mode` resumes at (0-based) epoch `next_epoch`: drop that mode's
  * rows of later epochs and complete rows of next_epoch (from an earlier run

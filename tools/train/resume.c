@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fail.h"
+#include "file.h"
 
 static const char *const trainer_names[RESUME_NINT] = {
     "trainer.epoch",       "trainer.step",        "trainer.config.ranks",        "trainer.config.batch",
@@ -150,17 +151,22 @@ sbn_status resume_load_memory(resume_state *rs, const void *buf, size_t len, con
 
 sbn_status resume_load(resume_state *rs, const char *path) {
   train_clear_error();
-  FILE *f = fopen(path, "rb");
+  FILE *f = train_fopen(path, "rb");
+  if (!f) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", train_error());
+    return train_fail(SBN_STATUS_IO_ERROR, "resume: %s", why);
+  }
   unsigned char *buf = NULL;
   long len = -1;
   sbn_status st;
-  if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-  if (f && len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len)) &&
+  if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+  if (len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len)) &&
       fread(buf, 1, (size_t)len, f) == (size_t)len)
     st = resume_load_memory(rs, buf, (size_t)len, path);
   else
     st = train_fail(SBN_STATUS_IO_ERROR, "resume: cannot read %s", path);
-  if (f) fclose(f);
+  fclose(f);
   free(buf);
   return st;
 }

@@ -130,6 +130,11 @@ static sbn_status evaluate(double *acc, sbn_group *g, sbn_module *model, const s
  * cannot read) must reach every rank before the next collective, or the
  * others would wait for the failed rank until the group's timeout. */
 static sbn_status agree(sbn_group *g, sbn_status st) {
+  if (st != SBN_STATUS_OK) { /* keep the reason: the all-reduce clears the library's last error */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", train_error());
+    train_fail(st, "%s", why);
+  }
   double bad = st != SBN_STATUS_OK;
   sbn_status ast = sbn_group_allreduce(g, &bad, 1, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
   if (st != SBN_STATUS_OK) return st;
@@ -174,9 +179,17 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
     if (st == SBN_STATUS_OK && rank == 0 && !cfg->quiet)
       printf("  resumed from %s at epoch %lld, step %lld\n", resume_path, (long long)ck.v[RESUME_EPOCH] + 1,
              (long long)ck.v[RESUME_STEP]);
+  } else if (st == SBN_STATUS_OK && cfg->resume && access(model_path, F_OK) == 0) {
+    /* the first save would replace a model trained once */
+    st = train_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "resume: %s is missing, but %s exists: the model file alone cannot resume (it holds no "
+                    "optimizer state or position). To start over, remove it or use another --checkpoint-dir",
+                    resume_path, model_path);
+  } else if (st == SBN_STATUS_OK && cfg->resume && rank == 0) { /* a job script that always passes --resume */
+    printf("  resume: no %s; starting at epoch 1\n", resume_path);
   }
   if (st == SBN_STATUS_OK && rank == 0 && cfg->csv_path && report_csv_trim(cfg->csv_path, mode, (int)ck.v[RESUME_EPOCH]))
-    st = train_fail(SBN_STATUS_IO_ERROR, "cannot write the log %s", cfg->csv_path);
+    st = SBN_STATUS_IO_ERROR; /* report_csv_trim said why */
   st = agree(g, st);
   sbn_dp_options dpo = sbn_dp_options_default();
   dpo.reduce = SBN_DP_REDUCE_SUM; /* with the loss divided by the global batch */
@@ -275,7 +288,7 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
     }
     if (rank == 0 && cfg->csv_path && st == SBN_STATUS_OK &&
         report_csv_row(cfg->csv_path, mode, epoch + 1, &e, partial ? step : steps_per_epoch, partial))
-      st = train_fail(SBN_STATUS_IO_ERROR, "cannot append to the log %s", cfg->csv_path);
+      st = SBN_STATUS_IO_ERROR; /* report_csv_row said why */
     st = agree(g, st);
   }
   if (rank == 0) result->interrupted = stop;
