@@ -50,11 +50,13 @@ def time_direct(C, data, cl, reps):
     """The C library through ctypes, no autograd and no copies."""
     layer = sbn._Layer(C, 1e-5, 0.1, True, True, None, (_lib.DEVICE_CPU, 0))
     lay = _lib.LAYOUT_CHANNELS_LAST if cl else _lib.LAYOUT_CHANNELS_FIRST
+    def desc(t):  # one description per buffer (the module's are reused per shape)
+        return _lib.Tensor(t.data_ptr(), t.dim(), (ctypes.c_int64 * _lib.MAX_DIMS)(*t.shape), _lib.DTYPE_FLOAT32, lay,
+                           _lib.Device(_lib.DEVICE_CPU, 0))
     bufs = []
     for x, dy in data:
         y, dx = torch.empty_like(x), torch.empty_like(x)  # kept alive in bufs
-        bufs.append((sbn._desc(x.detach(), lay), sbn._desc(y, lay), sbn._desc(dy, lay),
-                     sbn._desc(dx, lay), x, dy, y, dx))
+        bufs.append((desc(x.detach()), desc(y), desc(dy), desc(dx), x, dy, y, dx))
     times = []
     for i in range(reps + 2):
         tx, ty, tdy, tdx = bufs[i % len(bufs)][:4]
