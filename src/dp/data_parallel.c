@@ -289,6 +289,19 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
  * why (the groups are then broken). Verdicts every rank already shares, and
  * failures a SyncBN layer's collective carried (the peers returned
  * PEER_FAILED and the groups stay usable), are left as they are. */
+/* Leave the groups of every SyncBatchNorm under m (sub-groups of the
+ * wrapper's, where peers may be waiting too). */
+static void abort_sync_groups(sbn_module *m, const char *why) {
+  sbn_bn *bn;
+  if (sbn_module_kind_of(m) == SBN_MODULE_KIND_SYNC_BATCHNORM && sbn_module_bn(&bn, m) == SBN_STATUS_OK)
+    sbn_group_abort(sbn_bn_get_group(bn), why);
+  for (int i = 0; i < sbn_module_num_children(m); i++) {
+    sbn_module *child;
+    const char *name;
+    if (sbn_module_child(&child, &name, m, i) == SBN_STATUS_OK) abort_sync_groups(child, why);
+  }
+}
+
 static sbn_status give_up_if_untold(sbn_dp *dp, sbn_status st, uint64_t told_before) {
   if (st == SBN_STATUS_OK || st == SBN_STATUS_PEER_FAILED || st == SBN_STATUS_MISMATCH ||
       st == SBN_STATUS_TIMEOUT || st == SBN_STATUS_GROUP_BROKEN || sbn_failures_told() != told_before ||
@@ -298,6 +311,7 @@ static sbn_status give_up_if_untold(sbn_dp *dp, sbn_status st, uint64_t told_bef
   snprintf(keep, sizeof keep, "%s", sbn_last_error());
   sbn_group_abort(dp->group, keep);
   sbn_group_abort(dp->comm_group, keep);
+  abort_sync_groups(dp->model, keep);
   return sbn_fail(st, "%s", keep);
 }
 

@@ -5,7 +5,9 @@
  * peers' waits fail at once with SBN_STATUS_GROUP_BROKEN naming the rank and
  * its error. A bad input to a SyncBN layer itself is carried by that layer's
  * collective: the peers get SBN_STATUS_PEER_FAILED and the group stays
- * usable (the next correct step works everywhere). 3 thread ranks. */
+ * usable (the next correct step works everywhere). With the SyncBN layers
+ * on sub-groups of the wrapper's group, the peer waiting in a sub-group's
+ * collective is released too. 3 thread ranks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +25,11 @@ typedef struct outcome {
   double seconds;
   sbn_status after; /* a correct step afterwards (scenario 2 only) */
 } outcome;
-static outcome res[3][P];
-static int scenario; /* 0: Linear refuses x; 1: bad dy; 2: SyncBN refuses x */
+enum { SCENARIOS = 4 };
+static outcome res[SCENARIOS][P];
+/* 0: Linear refuses x; 1: bad dy; 2: SyncBN refuses x; 3: as 0, the SyncBN
+ * layers on sub-groups ({0, 1} and {2}) */
+static int scenario;
 
 static double now(void) {
   struct timespec t;
@@ -40,13 +45,18 @@ static sbn_tensor t2(float *data, int64_t n, int64_t c) {
 }
 
 /* scenario 2 puts the SyncBN layer first, so that it sees the bad input */
-static sbn_status build(sbn_module **out, sbn_group *world) {
+static sbn_status build(sbn_module **out, sbn_group *world, sbn_group **sub) {
   sbn_module *seq = NULL, *lin1 = NULL, *bn = NULL, *lin2 = NULL;
   sbn_status st = sbn_nn_sequential_create(&seq);
   const int bn_first = scenario == 2;
   if (st == SBN_STATUS_OK) st = sbn_nn_linear_create(&lin1, IN, HID, 1, 11);
   sbn_bn_options o = sbn_bn_options_default(bn_first ? IN : HID);
-  if (st == SBN_STATUS_OK) st = sbn_nn_sync_batchnorm_create(&bn, &o, world);
+  sbn_group *bn_group = world;
+  if (st == SBN_STATUS_OK && scenario == 3) {
+    st = sbn_group_split(sub, world, sbn_group_rank(world) < 2 ? 0 : 1, 0);
+    bn_group = *sub;
+  }
+  if (st == SBN_STATUS_OK) st = sbn_nn_sync_batchnorm_create(&bn, &o, bn_group);
   if (st == SBN_STATUS_OK) st = sbn_nn_linear_create(&lin2, HID, OUT, 1, 12);
   if (st == SBN_STATUS_OK && bn_first) st = sbn_nn_sequential_append(seq, "bn", bn);
   if (st == SBN_STATUS_OK) st = sbn_nn_sequential_append(seq, "lin1", lin1);
@@ -62,7 +72,8 @@ static int rank_main(sbn_group *world, void *arg) {
   outcome *o = &res[scenario][rank];
   sbn_group_set_timeout(world, TIMEOUT_S);
   sbn_module *model = NULL;
-  if (build(&model, world) != SBN_STATUS_OK) {
+  sbn_group *sub = NULL;
+  if (build(&model, world, &sub) != SBN_STATUS_OK) {
     snprintf(o->msg, sizeof o->msg, "build: %s", sbn_last_error());
     return 1;
   }
@@ -76,6 +87,7 @@ static int rank_main(sbn_group *world, void *arg) {
   for (int i = 0; i < N * OUT; i++) dy[i] = (float)cos(2.0 + i);
   const int bad = rank == BAD_RANK;
   sbn_tensor tx = t2(x, N, bad && scenario != 1 ? IN + 1 : IN), ty, tdy = t2(dy, N, OUT);
+  if (scenario == 3) sbn_group_set_timeout(sub, TIMEOUT_S);
   if (bad && scenario == 1) tdy.shape[1] = OUT + 1, tdy.shape[0] = N - 1; /* same bytes, wrong shape */
   double t0 = now();
   o->st = sbn_dp_forward(dp, &ty, &tx);
@@ -89,14 +101,15 @@ static int rank_main(sbn_group *world, void *arg) {
   }
   sbn_dp_destroy(dp);
   sbn_module_destroy(model);
+  sbn_group_destroy(sub);
   return 0;
 }
 
 int main(void) {
-  static const char *const what[3] = {"Linear refuses x on rank 1", "bad dy on rank 1",
-                                      "SyncBN refuses x on rank 1"};
+  static const char *const what[SCENARIOS] = {"Linear refuses x on rank 1", "bad dy on rank 1",
+                                              "SyncBN refuses x on rank 1", "as the first, sub-group SyncBN"};
   int failures = 0;
-  for (scenario = 0; scenario < 3; scenario++) {
+  for (scenario = 0; scenario < SCENARIOS; scenario++) {
     if (sbn_team_run(P, rank_main, NULL) != SBN_STATUS_OK) {
       printf("FAIL %s: %s\n", what[scenario], sbn_last_error());
       failures++;
@@ -109,7 +122,8 @@ int main(void) {
                                               : SBN_STATUS_GROUP_BROKEN;
       int ok = o->st == want && o->seconds < LIMIT_S;
       if (r != BAD_RANK) ok = ok && strstr(o->msg, "rank 1") != NULL;
-      if (r != BAD_RANK && scenario == 0) ok = ok && strstr(o->msg, "Linear") != NULL; /* the reason travels */
+      if (r != BAD_RANK && (scenario == 0 || scenario == 3))
+        ok = ok && strstr(o->msg, "Linear") != NULL; /* the reason travels */
       if (scenario == 2) ok = ok && o->after == SBN_STATUS_OK;
       failures += !ok;
       printf("%-4s %-28s rank %d: %-28s in %.3f s (limit %.0f s, timeout %.0f s)%s%s: \"%.150s\"\n",
