@@ -322,6 +322,19 @@ def _push_nbt(layer, nbt):
     layer.nbt_seen = (nbt, nbt._version)
 
 
+def _as_torch_would(x, rm, rv, training, eps):
+    """Cases where PyTorch versions differ (one running buffer without the
+    other, eps <= 0 in training): ask the installed PyTorch's batch_norm on
+    two rows of zeros, and raise what it raises (no state changes: momentum
+    0). Cheap, and run only for those cases."""
+    buffer = rm if rm is not None else rv
+    channels = buffer.numel() if buffer is not None else 1
+    zeros = torch.zeros(2, channels, dtype=buffer.dtype if buffer is not None else torch.float32,
+                        device=x.device)
+    with torch.no_grad():
+        torch.nn.functional.batch_norm(zeros, rm, rv, None, None, training, 0.0, eps)
+
+
 def _grad_out(view, dtype):
     """A gradient autograd may keep: a copy of the library's, in the parameter's dtype."""
     return view.clone() if view.dtype == dtype else view.to(dtype)
@@ -518,9 +531,6 @@ class SyncBatchNorm(_BatchNorm):
         if self.training and not self.track_running_stats:
             rm = rv = None
         batch_stats = self.training or (rm is None and rv is None)
-        if not batch_stats and (rm is None or rv is None):
-            raise RuntimeError("%s must be defined in evaluation mode"
-                               % ("running_mean" if rm is None else "running_var"))
         return batch_stats, rm, rv
 
     def _layer(self, group, device, param_dtype, track):
@@ -588,6 +598,8 @@ class SyncBatchNorm(_BatchNorm):
             _sync_threads()
         group = self._sync_group()
         batch_stats, rm, rv = self._running()
+        if (rm is None) != (rv is None) or (batch_stats and self.eps <= 0):
+            _as_torch_would(input, rm, rv, batch_stats, self.eps)  # raises what it raises
         if (group is None and input.numel() == 0 and input.dim() >= 2 and
                 input.shape[1] == self.num_features and batch_stats):
             # An empty batch normalized by its own statistics: PyTorch returns an
