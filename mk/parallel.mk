@@ -29,9 +29,9 @@ DP_LOCAL_FAILURE_TEST := $(BUILD)/tests/dp/test_dp_local_failure
 all: $(DP_LOCAL_FAILURE_TEST)
 $(DP_LOCAL_FAILURE_TEST): tests/dp/test_dp_local_failure.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
-	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
+	$(SBN_LD) $(DP_TEST_CFLAGS) -o $@ $< $(SBN_STATIC_LINK)
 EXTRA_TEST_CMDS += 'cmd:$(DP_TEST) 2' 'cmd:$(DP_TEST) 4' 'cmd:$(DP_WRAP_TEST)' 'cmd:$(DP_FAULT_TEST)' \
 	'cmd:$(DP_MISMATCH_TEST)' 'cmd:$(DP_LOCAL_FAILURE_TEST)'
 ifneq ($(strip $(MPICC)),)
-EXTRA_TEST_CMDS += 'cmd:tests/dp/run_mpi_dp.sh $(DP_TEST)'
+EXTRA_TEST_CMDS += 'cmd:tests/dp/run_mpi_dp.sh $(DP_TEST)' 'cmd:tests/dp/run_mpi_dp.sh $(DP_LOCAL_FAILURE_TEST)'
 endif

@@ -7,7 +7,8 @@
  * collective: the peers get SBN_STATUS_PEER_FAILED and the group stays
  * usable (the next correct step works everywhere). With the SyncBN layers
  * on sub-groups of the wrapper's group, the peer waiting in a sub-group's
- * collective is released too. 3 thread ranks. */
+ * collective is released too. 3 thread ranks; under mpirun (built with
+ * SBN_TEST_WITH_MPI), the same over the MPI processes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +16,13 @@
 #include <time.h>
 
 #include "syncbn_dp.h"
+#ifdef SBN_TEST_WITH_MPI
+#include <mpi.h>
 
-enum { P = 3, N = 4, IN = 4, HID = 6, OUT = 3, BAD_RANK = 1 };
+#include "syncbn_mpi.h"
+#endif
+
+enum { P = 3, MAXP = 8, N = 4, IN = 4, HID = 6, OUT = 3, BAD_RANK = 1 };
 static const double TIMEOUT_S = 60, LIMIT_S = 5;
 
 typedef struct outcome {
@@ -26,7 +32,7 @@ typedef struct outcome {
   sbn_status after; /* a correct step afterwards (scenario 2 only) */
 } outcome;
 enum { SCENARIOS = 4 };
-static outcome res[SCENARIOS][P];
+static outcome res[SCENARIOS][MAXP];
 /* 0: Linear refuses x; 1: bad dy; 2: SyncBN refuses x; 3: as 0, the SyncBN
  * layers on sub-groups ({0, 1} and {2}) */
 static int scenario;
@@ -70,6 +76,7 @@ static int rank_main(sbn_group *world, void *arg) {
   (void)arg;
   const int rank = sbn_group_rank(world);
   outcome *o = &res[scenario][rank];
+  memset(o, 0, sizeof *o);
   sbn_group_set_timeout(world, TIMEOUT_S);
   sbn_module *model = NULL;
   sbn_group *sub = NULL;
@@ -105,17 +112,13 @@ static int rank_main(sbn_group *world, void *arg) {
   return 0;
 }
 
-int main(void) {
-  static const char *const what[SCENARIOS] = {"Linear refuses x on rank 1", "bad dy on rank 1",
-                                              "SyncBN refuses x on rank 1", "as the first, sub-group SyncBN"};
+static const char *const what[SCENARIOS] = {"Linear refuses x on rank 1", "bad dy on rank 1",
+                                            "SyncBN refuses x on rank 1", "as the first, sub-group SyncBN"};
+
+/* The outcomes of one scenario on ranks 0..n-1: how many checks failed. */
+static int judge(int n) {
   int failures = 0;
-  for (scenario = 0; scenario < SCENARIOS; scenario++) {
-    if (sbn_team_run(P, rank_main, NULL) != SBN_STATUS_OK) {
-      printf("FAIL %s: %s\n", what[scenario], sbn_last_error());
-      failures++;
-      continue;
-    }
-    for (int r = 0; r < P; r++) {
+  for (int r = 0; r < n; r++) {
       const outcome *o = &res[scenario][r];
       const sbn_status want = r == BAD_RANK ? SBN_STATUS_INVALID_ARGUMENT
                               : scenario == 2 ? SBN_STATUS_PEER_FAILED
@@ -129,7 +132,53 @@ int main(void) {
       printf("%-4s %-28s rank %d: %-28s in %.3f s (limit %.0f s, timeout %.0f s)%s%s: \"%.150s\"\n",
              ok ? "ok" : "FAIL", what[scenario], r, sbn_status_name(o->st), o->seconds, LIMIT_S, TIMEOUT_S,
              scenario == 2 ? ", next step " : "", scenario == 2 ? sbn_status_name(o->after) : "", o->msg);
+  }
+  return failures;
+}
+
+#ifdef SBN_TEST_WITH_MPI
+/* Each scenario on a group of its own (a rank that gives up breaks it). */
+static int over_mpi(int *argc, char ***argv) {
+  MPI_Init(argc, argv);
+  int rank = 0, n = 1, failures = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (n < 2 || n > MAXP) {
+    if (!rank) printf("FAIL: run with 2..%d processes\n", MAXP);
+    MPI_Finalize();
+    return 1;
+  }
+  for (scenario = 0; scenario < SCENARIOS; scenario++) {
+    sbn_group *world = NULL;
+    MPI_Comm comm = MPI_COMM_WORLD;
+    int bad = sbn_group_from_mpi_comm(&world, &comm, sizeof comm) != SBN_STATUS_OK || rank_main(world, NULL) != 0;
+    sbn_group_destroy(world);
+    MPI_Gather(&res[scenario][rank], (int)sizeof(outcome), MPI_BYTE, res[scenario], (int)sizeof(outcome), MPI_BYTE,
+               0, MPI_COMM_WORLD);
+    int any = 0;
+    MPI_Reduce(&bad, &any, 1, MPI_INT, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (!rank) failures += any + judge(n);
+  }
+  MPI_Finalize();
+  if (!rank) printf(failures ? "FAILED: %d checks (MPI)\n" : "local failures reach every MPI rank at once: all checks passed\n", failures);
+  return rank ? 0 : failures != 0;
+}
+#endif
+
+int main(int argc, char **argv) {
+#ifdef SBN_TEST_WITH_MPI
+  if (getenv("OMPI_COMM_WORLD_SIZE")) return over_mpi(&argc, &argv);
+#else
+  (void)argc, (void)argv;
+#endif
+  int failures = 0;
+  for (scenario = 0; scenario < SCENARIOS; scenario++) {
+    if (sbn_team_run(P, rank_main, NULL) != SBN_STATUS_OK) {
+      printf("FAIL %s: %s\n", what[scenario], sbn_last_error());
+      failures++;
+      continue;
     }
+    failures += judge(P);
   }
   if (failures) {
     printf("FAILED: %d checks\n", failures);
