@@ -111,16 +111,21 @@ static void spin_wait(rendezvous *rv, uint64_t my_gen) {
   }
 }
 
-/* Break the group from outside a collective: every rank waiting to arrive
- * in one, and every later call, fails with `st` and the message. */
-static void rv_break(rendezvous *rv, sbn_status st, const char *msg) {
-  pthread_mutex_lock(&rv->mu);
+/* Break the group (rv->mu held): every rank waiting to arrive in a
+ * collective, and every later call, fails with `st` and the message. */
+static void rv_break_locked(rendezvous *rv, sbn_status st, const char *msg) {
   if (!rv->broken) {
     snprintf(rv->broken_msg, sizeof rv->broken_msg, "%s", msg);
     rv->broken_status = st;
     __atomic_store_n(&rv->broken, 1, __ATOMIC_RELEASE); /* read unlocked by spin_wait */
   }
   pthread_cond_broadcast(&rv->cv);
+}
+
+/* The same from outside a collective. */
+static void rv_break(rendezvous *rv, sbn_status st, const char *msg) {
+  pthread_mutex_lock(&rv->mu);
+  rv_break_locked(rv, st, msg);
   pthread_mutex_unlock(&rv->mu);
 }
 
@@ -172,16 +177,14 @@ static sbn_status phase(sbn_group *g, const char *what, int arrival) {
       missing[0] = '\0';
       for (int r = 0; r < rv->size && len < (int)sizeof missing - 12; r++)
         if (!rv->present[r]) len += snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", r);
-      snprintf(rv->broken_msg, sizeof rv->broken_msg,
-               "group '%s' (threads, %d ranks): timed out after %g s in %s waiting for rank(s) %s",
+      char msg[sizeof rv->broken_msg];
+      snprintf(msg, sizeof msg, "group '%s' (threads, %d ranks): timed out after %g s in %s waiting for rank(s) %s",
                g->name, rv->size, g->timeout_s, what, missing);
-      __atomic_store_n(&rv->broken, 1, __ATOMIC_RELEASE); /* read unlocked by spin_wait */
-      rv->broken_status = SBN_STATUS_TIMEOUT;
       /* leave the arrival: a late rank must not complete it (it fails at the
        * broken check instead), so nobody reads what we posted */
       rv->present[g->rank] = 0;
       rv->arrived--;
-      pthread_cond_broadcast(&rv->cv);
+      rv_break_locked(rv, SBN_STATUS_TIMEOUT, msg);
     }
   }
   if (rv->gen == my_gen) { /* the group broke while we waited to arrive */
