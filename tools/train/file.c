@@ -8,6 +8,7 @@
 
 #include "fail.h"
 
+/* As the library words it for its loaders (the tool keeps to the public API). */
 static const char *kind_of(mode_t m) {
   if (S_ISDIR(m)) return "a directory";
   if (S_ISFIFO(m)) return "a FIFO (named pipe)";
