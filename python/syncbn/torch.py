@@ -612,6 +612,17 @@ class SyncBatchNorm(_BatchNorm):
                 return input.clone()
             view = (1, -1) + (1,) * (input.dim() - 2)
             return input * self.weight.view(view) + self.bias.view(view)
+        if (group is None and input.numel() == 0 and input.dim() >= 2 and
+                input.shape[1] != self.num_features):
+            # Nothing to normalize, and a channel count that is not the layer's:
+            # PyTorch 1.13 returns an empty output, others may raise. As its
+            # BatchNorm does: count the batch, then the installed F.batch_norm
+            # answers (momentum 0: no statistics change either way).
+            nbt = self._buffers.get("num_batches_tracked")
+            if self.training and self.track_running_stats and nbt is not None:
+                nbt.add_(1)
+            return torch.nn.functional.batch_norm(input, rm, rv, self.weight, self.bias, batch_stats,
+                                                  0.0, self.eps)
         layer = self._layer(group, device, self._param_dtype(input), rm is not None or rv is not None)
         try:
             return _Function.apply(input, self.weight, self.bias, self, layer, (rm, rv))

@@ -8,6 +8,7 @@
  * unit, so results are bitwise identical for 1, 2, 4, ... threads. */
 #include "bn_kernels.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -397,9 +398,14 @@ void sbn_cpu_stats(sbn_cpu_ws *ws, double *shift, double *s1, double *s2, const 
     memset(s2, 0, sizeof(double) * (size_t)C);
     return;
   }
-  /* The shift: the channel's first value (n = 0, first position). */
+  /* The shift: the channel's first value (n = 0, first position), or 0
+   * where that is infinite or NaN: inf - inf would make the mean of a
+   * channel holding +inf NaN, where PyTorch reports inf. */
   const int cf = g.layout == SBN_LAYOUT_CHANNELS_FIRST;
-  for (int64_t c = 0; c < C; c++) shift[c] = load1(x, g.dtype, cf ? c * g.s : c);
+  for (int64_t c = 0; c < C; c++) {
+    const double v = load1(x, g.dtype, cf ? c * g.s : c);
+    shift[c] = isfinite(v) ? v : 0.0;
+  }
   sbn_kargs k;
   memset(&k, 0, sizeof k);
   k.x = x, k.m = shift, k.part = ws->part;

@@ -36,6 +36,10 @@ using namespace sbn_cuda;
 
 namespace {
 
+/* The shift of a channel: its first value, or 0 where that is infinite or
+ * NaN (inf - inf would turn a mean PyTorch reports as inf into NaN). */
+__device__ __forceinline__ double shift_of(double v) { return isfinite(v) ? v : 0.0; }
+
 /* Fixed-order reduction of two doubles over the block; the result is in
  * thread 0. */
 __device__ __forceinline__ void block_sum2(double &a, double &b) {
@@ -114,7 +118,7 @@ __device__ __forceinline__ void merge_channel(const double *part, int64_t c, int
     s += __shfl_xor_sync(0xffffffffu, s, o);
     q += __shfl_xor_sync(0xffffffffu, q, o);
   }
-  if (lane == 0) put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c * ks]) : 0.0, n, c, out1, out2, C, dup);
+  if (lane == 0) put_sums<STATS>(s, q, STATS ? shift_of(D::ld(x[c * ks])) : 0.0, n, c, out1, out2, C, dup);
 }
 
 /* Chains of float64 additions per thread in the channels-first reduction:
@@ -140,7 +144,7 @@ __global__ void __launch_bounds__(NT) reduce_cf(const typename D::S *__restrict_
   const int64_t c = blockIdx.x / p.ntiles, j = blockIdx.x - c * p.ntiles;
   const int64_t S = p.s;
   /* the shift (the channel's first value) or the mean */
-  const double k = BWD ? mean[c] : (double)D::ld(x[c * S]);
+  const double k = BWD ? mean[c] : shift_of(D::ld(x[c * S]));
   const cf_tile t = cf_tile_of(p, j);
   const uint32_t ng = t.nr * t.gs;
   double as = 0.0, aq = 0.0, as2 = 0.0, aq2 = 0.0; /* chains 1 and 2 */
@@ -236,11 +240,11 @@ __global__ void __launch_bounds__(NT, ClReduce<D>::resident) reduce_cl(const typ
   if (ClReduce<D>::shift_smem) {
     const int64_t cstart = cl_c0(p, t, 0);
     for (int j = threadIdx.x; j < p.cbw; j += NT)
-      if (cstart + j < C) ktab[j % 8][j / 8] = BWD ? mean[cstart + j] : (double)D::ld(x[cstart + j]);
+      if (cstart + j < C) ktab[j % 8][j / 8] = BWD ? mean[cstart + j] : shift_of(D::ld(x[cstart + j]));
     __syncthreads();
   } else {
 #pragma unroll
-    for (int i = 0; i < 8; i++) k[i] = i < clen ? (BWD ? mean[c0 + i] : (double)D::ld(x[c0 + i])) : 0.0;
+    for (int i = 0; i < 8; i++) k[i] = i < clen ? (BWD ? mean[c0 + i] : shift_of(D::ld(x[c0 + i]))) : 0.0;
   }
 #define SBN_SHIFT(i) (ClReduce<D>::shift_smem ? ktab[(i) < clen ? (i) : 0][tx] : k[i])
   const int64_t tend = (chunk + 1) * p.tpc < p.nrt ? (chunk + 1) * p.tpc : p.nrt;
@@ -312,7 +316,7 @@ __global__ void __launch_bounds__(32 * MW) merge_rows(const double *__restrict__
   if (w != 0 || c >= C) return;
   s = sh[0][0][lane], q = sh[1][0][lane];
   for (int i = 1; i < MW; i++) s += sh[0][i][lane], q += sh[1][i][lane];
-  put_sums<STATS>(s, q, STATS ? (double)D::ld(x[c]) : 0.0, n, c, out1, out2, C, dup);
+  put_sums<STATS>(s, q, STATS ? shift_of(D::ld(x[c])) : 0.0, n, c, out1, out2, C, dup);
 }
 
 /* Merge: warp per channel; the tile partials of channel c are

@@ -52,6 +52,8 @@
 #include <cuda_runtime.h>
 #endif
 #include <math.h>
+
+#include <cmath>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,6 +415,43 @@ static int empty_and_misuse(cudaStream_t st) {
   return bad;
 }
 
+/* A channel whose first value (the reductions' shift) is +inf, -inf or
+ * NaN: its sum (n * mean) is +inf, -inf or NaN as PyTorch's mean, never the
+ * NaN that inf - inf would give; both layouts and the small-map path. */
+static int nonfinite_shift(cudaStream_t st) {
+  printf("non-finite first values\n");
+  int bad = 0;
+  const int64_t N = 3, C = 3;
+  for (int64_t S : {1, 7, 300})
+    for (int cl = 0; cl < 2; cl++) {
+      sbn_geom g = {N, C, S, cl ? SBN_LAYOUT_CHANNELS_LAST : SBN_LAYOUT_CHANNELS_FIRST, SBN_DTYPE_FLOAT32};
+      std::vector<float> hx((size_t)(N * C * S));
+      for (size_t i = 0; i < hx.size(); i++) hx[i] = (float)(1.5 + 0.25 * (double)(i % 13));
+      const float first[3] = {INFINITY, -INFINITY, NAN};
+      for (int64_t c = 0; c < C; c++) hx[(size_t)(cl ? c : c * S)] = first[c];
+      float *x;
+      double *d;
+      CK(cudaMalloc(&x, hx.size() * sizeof(float)));
+      CK(cudaMalloc(&d, sizeof(double) * (2 * C + 1)));
+      CK(cudaMemcpy(x, hx.data(), hx.size() * sizeof(float), cudaMemcpyHostToDevice));
+      sbn_cuda_ws ws = {};
+      KK(sbn_cuda_ws_reserve(&ws, g));
+      KK(sbn_cuda_stats(&ws, (sbn_cuda_stream)st, d, d + C, d + 2 * C, x, g));
+      std::vector<double> got = d2h<double>(d, (size_t)(2 * C + 1));
+      char what[64];
+      snprintf(what, sizeof what, "%s S = %lld: sums inf, -inf, NaN", cl ? "cl" : "cf", (long long)S);
+      const int ok = std::isinf(got[0]) && got[0] > 0 && std::isinf(got[1]) && got[1] < 0 && std::isnan(got[2]);
+      if (!ok) printf("    got %g %g %g\n", got[0], got[1], got[2]);
+      bad |= expect(what, ok);
+      sbn_cuda_ws_free(&ws);
+      CK(cudaFree(x));
+      CK(cudaFree(d));
+    }
+  g_cases++;
+  if (bad) g_failed++;
+  return bad;
+}
+
 int main(int argc, char **argv) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -476,6 +515,7 @@ int main(int argc, char **argv) {
       run_case(st, dt, SBN_LAYOUT_CHANNELS_LAST, sh.n, sh.c, sh.s, dt == SBN_DTYPE_BFLOAT16 ? 100 : 1e4, seed++);
   sbn_cuda_set_reduce_blocks(0);
   empty_and_misuse(st);
+  nonfinite_shift(st);
   CK(cudaStreamDestroy(st));
   printf("%d cases, %d failed\n", g_cases, g_failed);
   if (g_failed) {

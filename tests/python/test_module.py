@@ -578,6 +578,67 @@ def traced():
                str(e).splitlines()[0][:100])
 
 
+def empty_inputs():
+    """Empty batches and empty maps, with the layer's channel count and with
+    another one, in training and eval: the output (or the exception),
+    running statistics, num_batches_tracked and parameter gradients as
+    nn.BatchNorm2d gives them (no process group)."""
+    print("empty inputs (against nn.BatchNorm2d):")
+    for training in (True, False):
+        for shape in ((0, 3, 2, 2), (4, 3, 0, 2), (0, 5, 2, 2), (4, 5, 0, 2)):
+            res = []
+            for m in (nn.BatchNorm2d(3), sbn.SyncBatchNorm(3)):
+                m.running_mean.fill_(0.25)
+                m.train(training)
+                x = torch.randn(*shape, requires_grad=True)
+                try:
+                    y = m(x)
+                    y.sum().backward()
+                    res.append((tuple(y.shape), m.running_mean.tolist(), m.running_var.tolist(),
+                                int(m.num_batches_tracked), m.weight.grad.tolist(), tuple(x.grad.shape)))
+                except Exception as e:  # pylint: disable=broad-except
+                    res.append(("raises", type(e).__name__, int(m.num_batches_tracked)))
+            expect("%s %s" % ("training" if training else "eval", shape), res[0] == res[1],
+                   "nn.BatchNorm2d %s, ours %s" % (res[0], res[1]))
+
+
+def nonfinite():
+    """inf, -inf and NaN in the batch, also as a channel's first value (the
+    kernels' shift): y, dx, grads and running statistics hold inf and NaN
+    where nn.BatchNorm2d's do, and agree elsewhere (float32, both layouts)."""
+    print("non-finite inputs (against nn.BatchNorm2d, float32):")
+
+    def same(a, b):
+        a, b = a.detach().double(), b.detach().double()
+        if not (torch.equal(a.isnan(), b.isnan()) and torch.equal(a.isposinf(), b.isposinf())
+                and torch.equal(a.isneginf(), b.isneginf())):
+            return float("inf")
+        fin = a.isfinite()
+        return rel_err(a[fin], b[fin]) if fin.any() else 0.0
+
+    cases = [("+inf first value", (0, 0, 0, 0), float("inf")),
+             ("-inf first value", (0, 1, 0, 0), float("-inf")),
+             ("NaN first value", (0, 2, 0, 0), float("nan")),
+             ("+inf inside", (3, 1, 2, 1), float("inf")),
+             ("NaN inside", (2, 0, 1, 2), float("nan"))]
+    for name, at, v in cases:
+        for cl in (False, True):
+            x = torch.randn(4, 3, 3, 3) * 2 + 1
+            x[at] = v
+            g = torch.randn(4, 3, 3, 3)
+            ref, ours = nn.BatchNorm2d(3), sbn.SyncBatchNorm(3)
+            xr = to_layout(x, cl).requires_grad_()
+            xo = to_layout(x, cl).requires_grad_()
+            ref(xr).backward(g)
+            yr, yo = ref(xr.detach()), None
+            ours(xo).backward(g)
+            yo = ours(xo.detach())
+            err = max(same(yr, yo), same(xr.grad, xo.grad), same(ref.weight.grad, ours.weight.grad),
+                      same(ref.bias.grad, ours.bias.grad), same(ref.running_mean, ours.running_mean),
+                      same(ref.running_var, ours.running_var))
+            check("%s, %s" % (name, "channels_last" if cl else "contiguous"), err, 1e-5)
+
+
 def changed_buffers():
     """Running buffers set to None, track_running_stats switched after
     construction, num_batches_tracked removed (test-time adaptation does
@@ -713,6 +774,8 @@ if __name__ == "__main__":
     convert_revert()
     errors()
     changed_buffers()
+    nonfinite()
+    empty_inputs()
     compiled()
     traced()
     finish("syncbn.torch single-process")
