@@ -1,11 +1,21 @@
 /* syncbn-bench-passes: each CPU kernel pass on its own, out of cache, as a
- * fraction of the copy bandwidth, to find which pass holds a layer back
- * (syncbn-bench times whole forward and backward calls).
+ * fraction of the copy bandwidth and of a ruler, to find which pass holds a
+ * layer back (syncbn-bench times whole forward and backward calls).
  *
  * Passes and the tensors each moves: stats 1 (read x), normalize 2 (read x,
  * write y), backward reduce 2 (read x, dy), backward elementwise 3 (read x,
- * dy, write dx). Inputs rotate through 4x the last-level cache (or
- * --arena-mib), so every call reads from memory. Median of --reps calls.
+ * dy, write dx). Inputs rotate through at least 8x the last-level cache and
+ * 4 sets of tensors (or --arena-mib), so every call reads from memory.
+ * Median of --reps calls.
+ *
+ * The ruler: right after each pass, the simplest loop that moves the same
+ * tensors the same way (sums of x, of x and dy; y = x; dx = x + dy, the
+ * faster of plain and streaming stores), on the same threads, on another
+ * set of cold tensors. The copy bandwidth, measured once, moves with this
+ * machine's state (2x between runs on a shared host); the ruler is
+ * measured in the same seconds as the pass, so "of ruler" (ruler time /
+ * pass time) says how far a pass is from what memory gives a trivial loop
+ * at that moment: near 1, the pass is at its bound.
  *
  * Usage: syncbn-bench-passes [--threads T] [--reps R] [--arena-mib M]
  *                            [--only SHAPE] [--shape NxCxHxW] [--isa NAME] [--min]
@@ -28,6 +38,65 @@ static double copy_bw(char *arena, size_t bytes, int threads) {
   double bw_memcpy, bw_stream;
   return copy_bandwidth(arena, bytes, threads, &bw_memcpy, &bw_stream);
 }
+
+/* Ruler loops over units of k->chunk bytes of tensors of k->n bytes: sums of
+ * x (and dy), y = x, dx = x + dy; float32 lanes whatever the dtype (the
+ * bytes are what they measure). Prefetch 4 KiB ahead, as the kernels do. */
+static volatile float ruler_sink;
+static inline int64_t ru_len(const sbn_kargs *k, int64_t u0, int64_t u1) {
+  const int64_t end = u1 * k->chunk < k->n ? u1 * k->chunk : k->n;
+  return (end - u0 * k->chunk) / 64 * 16; /* whole lines of floats */
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static void ruler_sum(const sbn_kargs *k, int64_t u0, int64_t u1) {
+  const int64_t n = ru_len(k, u0, u1);
+  const float *a = (const float *)k->x + u0 * k->chunk / 4, *b = k->dy ? (const float *)k->dy + u0 * k->chunk / 4 : NULL;
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (int64_t i = 0; i < n; i += 16) {
+    _mm_prefetch((const char *)(a + i + 1024), _MM_HINT_T0);
+    s0 = _mm256_add_ps(s0, _mm256_load_ps(a + i)), s1 = _mm256_add_ps(s1, _mm256_load_ps(a + i + 8));
+    if (b) {
+      _mm_prefetch((const char *)(b + i + 1024), _MM_HINT_T0);
+      s2 = _mm256_add_ps(s2, _mm256_load_ps(b + i)), s3 = _mm256_add_ps(s3, _mm256_load_ps(b + i + 8));
+    }
+  }
+  float o[8];
+  _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  ruler_sink = o[0];
+}
+/* out = x (+ dy); nt: streaming stores */
+__attribute__((target("avx2"))) static inline void ruler_write(const sbn_kargs *k, int64_t u0, int64_t u1, int nt) {
+  const int64_t n = ru_len(k, u0, u1), o = u0 * k->chunk / 4;
+  const float *a = (const float *)k->x + o, *b = k->dy ? (const float *)k->dy + o : NULL;
+  float *out = (float *)k->out + o;
+  for (int64_t i = 0; i < n; i += 16) {
+    _mm_prefetch((const char *)(a + i + 1024), _MM_HINT_T0);
+    __m256 v0 = _mm256_load_ps(a + i), v1 = _mm256_load_ps(a + i + 8);
+    if (b) {
+      _mm_prefetch((const char *)(b + i + 1024), _MM_HINT_T0);
+      v0 = _mm256_add_ps(v0, _mm256_load_ps(b + i)), v1 = _mm256_add_ps(v1, _mm256_load_ps(b + i + 8));
+    }
+    if (nt) _mm256_stream_ps(out + i, v0), _mm256_stream_ps(out + i + 8, v1);
+    else _mm256_store_ps(out + i, v0), _mm256_store_ps(out + i + 8, v1);
+  }
+  if (nt) _mm_sfence();
+}
+static void ruler_write_plain(const sbn_kargs *k, int64_t u0, int64_t u1) { ruler_write(k, u0, u1, 0); }
+static void ruler_write_nt(const sbn_kargs *k, int64_t u0, int64_t u1) { ruler_write(k, u0, u1, 1); }
+
+/* Seconds for ruler p (0 stats, 1 normalize, 2 backward reduce, 3
+ * elementwise) over tensors of `bytes` at x, dy, out; nt picks the stores. */
+static double ruler(int p, int nt, int threads, int64_t bytes, const void *x, const void *dy, void *out) {
+  sbn_kargs k;
+  memset(&k, 0, sizeof k);
+  k.x = x, k.dy = (p == 2 || p == 3) ? dy : NULL, k.out = out, k.n = bytes, k.chunk = BW_UNIT;
+  const int64_t units = (bytes + BW_UNIT - 1) / BW_UNIT;
+  const double t0 = now();
+  sbn_cpu_parallel_for(threads, units, 1, (p == 0 || p == 2) ? ruler_sum : nt ? ruler_write_nt : ruler_write_plain,
+                       &k, NULL, 0);
+  return now() - t0;
+}
+#endif
 
 /* "NxC" or "NxCxHxW..." into (N, C, product of the rest); 0 if well formed. */
 static int parse_shape(const char *str, int64_t out[3]) {
@@ -68,7 +137,12 @@ int main(int argc, char **argv) {
       return fprintf(stderr, "usage: %s [--threads T] [--reps R] [--arena-mib M] [--only SHAPE] [--shape NxCxHxW] [--isa NAME] [--min]\n", argv[0]), 2;
   }
   if (reps < 1 || reps > 1001) reps = 31;
-  const size_t arena_bytes = arena_mib > 0 ? (size_t)(arena_mib * (1 << 20)) : 4 * llc_bytes();
+  /* at least 4 sets of the largest shape (4 tensors of 8x64x112x112 float32,
+   * or the --shape one) and 8x the last-level cache */
+  const int64_t big = custom[0] ? custom[0] * custom[1] * custom[2] : 8 * 64 * 112 * 112;
+  size_t arena_bytes = 8 * llc_bytes();
+  if (arena_bytes < (size_t)big * 4 * 4 * 4 + (1 << 20)) arena_bytes = (size_t)big * 4 * 4 * 4 + (1 << 20);
+  if (arena_mib > 0) arena_bytes = (size_t)(arena_mib * (1 << 20));
   char *arena = aligned_alloc(64, arena_bytes);
   if (!arena) return 1;
   for (size_t i = 0; i < arena_bytes / 4; i++) ((float *)arena)[i] = (float)(i % 1000) * 1e-3f - 0.5f;
@@ -80,15 +154,15 @@ int main(int argc, char **argv) {
   const double rbw = read_bandwidth(arena, arena_bytes, threads);
   printf("read bandwidth %.2f GB/s = %.2f of the copy bandwidth: the read-only passes (stats, bred) reach at most that\n",
          rbw, rbw / bw);
-  printf("efficiency per pass = tensors moved x bytes / time / copy bandwidth\n");
-  printf("%-16s %-2s %-5s | %8s %5s | %8s %5s | %8s %5s | %8s %5s\n", "shape", "ly", "dtype", "stats ms", "eff",
-         "norm ms", "eff", "bred ms", "eff", "belt ms", "eff");
+  printf("efficiency per pass = tensors moved x bytes / time / copy bandwidth; rul = ruler time / pass time\n");
+  printf("%-16s %-2s %-5s | %8s %5s %4s | %8s %5s %4s | %8s %5s %4s | %8s %5s %4s\n", "shape", "ly", "dtype",
+         "stats ms", "eff", "rul", "norm ms", "eff", "rul", "bred ms", "eff", "rul", "belt ms", "eff", "rul");
 
   static const int64_t shapes[][3] = {{8, 64, 112 * 112}, {8, 64, 56 * 56},  {8, 256, 56 * 56}, {8, 128, 28 * 28},
                                       {8, 512, 28 * 28},  {8, 256, 14 * 14}, {8, 1024, 14 * 14}, {8, 512, 49},
                                       {8, 2048, 49},      {256, 1024, 1},    {2, 16, 16}};
   const int ns = custom[0] ? 1 : sizeof shapes / sizeof shapes[0];
-  static double t[4][1024];
+  static double t[4][1024], tr[4][2][1024];
   sbn_cpu_ws ws = {NULL, 0, threads};
   const int64_t maxc = custom[1] > 2048 ? custom[1] : 2048;
   /* 64-byte aligned, as the layer allocates them (device_cpu.c) */
@@ -113,7 +187,10 @@ int main(int argc, char **argv) {
         sbn_geom g = {n, C, S, lay ? SBN_LAYOUT_CHANNELS_LAST : SBN_LAYOUT_CHANNELS_FIRST, dts[dt]};
         const size_t tb = ((size_t)(n * C * S) * (dt ? 2 : 4) + 63) & ~(size_t)63, set = 4 * tb;
         const int K = (int)(arena_bytes / set);
-        if (K < 2) continue;
+        if (K < 4) {
+          fprintf(stderr, "%s: the arena holds %d sets of tensors, fewer than 4; skipped\n", label, K);
+          continue;
+        }
         if (sbn_cpu_ws_reserve(&ws, g)) return 1;
         long step = 0;
         for (int r = -2; r < reps; r++)
@@ -128,13 +205,31 @@ int main(int argc, char **argv) {
               default: sbn_cpu_backward_elemt(&ws, dx, dy, x, g, mean, a, b, c); break;
             }
             if (r >= 0) t[p][r] = now() - t0;
+#if defined(__x86_64__)
+            /* the ruler, on the next set (cold as well): both store kinds
+             * where the pass writes */
+            step++;
+            char *rb = arena + (size_t)(step % K) * set;
+            const int64_t tbytes = (int64_t)((size_t)(n * C * S) * (dt ? 2 : 4));
+            for (int nt = 0; nt < (p == 1 || p == 3 ? 2 : 1); nt++) {
+              const double sec = ruler(p, nt, threads, tbytes, rb, rb + 2 * tb, rb + 3 * tb);
+              if (r >= 0) tr[p][nt][r] = sec;
+            }
+#endif
           }
         const double bytes = (double)(n * C * S) * (dt ? 2 : 4);
         static const int moved[4] = {1, 2, 2, 3};
         printf("%-16s %-2s %-5s", label, lay ? "cl" : "cf", dt == 2 ? "f16" : dt ? "bf16" : "f32");
         for (int p = 0; p < 4; p++) {
           const double ms = (use_min ? (median(t[p], reps), t[p][0]) : median(t[p], reps)) * 1e3;
-          printf(" | %8.4f %5.2f", ms, moved[p] * bytes / (ms * 1e-3) / 1e9 / bw);
+          double rms = 0;
+#if defined(__x86_64__)
+          for (int nt = 0; nt < (p == 1 || p == 3 ? 2 : 1); nt++) {
+            const double v = (use_min ? (median(tr[p][nt], reps), tr[p][nt][0]) : median(tr[p][nt], reps)) * 1e3;
+            if (nt == 0 || v < rms) rms = v;
+          }
+#endif
+          printf(" | %8.4f %5.2f %4.2f", ms, moved[p] * bytes / (ms * 1e-3) / 1e9 / bw, rms / ms);
         }
         printf("\n");
       }
