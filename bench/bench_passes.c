@@ -15,7 +15,8 @@
  * machine's state (2x between runs on a shared host); the ruler is
  * measured in the same seconds as the pass, so "of ruler" (ruler time /
  * pass time) says how far a pass is from what memory gives a trivial loop
- * at that moment: near 1, the pass is at its bound.
+ * at that moment: near 1, the pass is at its bound. (CPUs without AVX2: no
+ * ruler, the column prints 0.)
  *
  * Usage: syncbn-bench-passes [--threads T] [--reps R] [--arena-mib M]
  *                            [--only SHAPE] [--shape NxCxHxW] [--isa NAME] [--min]
@@ -211,7 +212,7 @@ int main(int argc, char **argv) {
             step++;
             char *rb = arena + (size_t)(step % K) * set;
             const int64_t tbytes = (int64_t)((size_t)(n * C * S) * (dt ? 2 : 4));
-            for (int nt = 0; nt < (p == 1 || p == 3 ? 2 : 1); nt++) {
+            for (int nt = 0; sbn_cpu_has_avx2() && nt < (p == 1 || p == 3 ? 2 : 1); nt++) {
               const double sec = ruler(p, nt, threads, tbytes, rb, rb + 2 * tb, rb + 3 * tb);
               if (r >= 0) tr[p][nt][r] = sec;
             }
@@ -224,7 +225,7 @@ int main(int argc, char **argv) {
           const double ms = (use_min ? (median(t[p], reps), t[p][0]) : median(t[p], reps)) * 1e3;
           double rms = 0;
 #if defined(__x86_64__)
-          for (int nt = 0; nt < (p == 1 || p == 3 ? 2 : 1); nt++) {
+          for (int nt = 0; sbn_cpu_has_avx2() && nt < (p == 1 || p == 3 ? 2 : 1); nt++) {
             const double v = (use_min ? (median(tr[p][nt], reps), tr[p][nt][0]) : median(tr[p][nt], reps)) * 1e3;
             if (nt == 0 || v < rms) rms = v;
           }
