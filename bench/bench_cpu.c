@@ -21,9 +21,12 @@
  *  7. CSV files, the table on stdout, a PNG plot (gnuplot).
  *
  * Rotation: every call reads inputs last touched a whole arena earlier. The
- * arena is 4x the last-level cache read from the machine (sysfs), so both
- * sides read from memory; forward runs on set i and backward on set i - D
- * (D = half the sets), as the peer does with its autograd graphs.
+ * arena is 8x the last-level cache read from the machine (sysfs) and at
+ * least 4 sets of the largest shape, so both sides read from memory;
+ * forward runs on set i and backward on set i - D (D = half the sets, at
+ * least 2 steps back), as the peer does with its autograd graphs. (With 4x
+ * the LLC and 2 sets of the largest shapes, a backward read the tensors its
+ * forward had touched one step earlier, partly still in the L3.)
  *
  * Usage: syncbn-bench [--quick] [--threads T] [--out DIR] [--no-torch]
  *                     [--arena-mib M] [--time S] [--rounds R] [--only SHAPE] */
@@ -454,13 +457,14 @@ int main(int argc, char **argv) {
     size_t set = 4 * align64((size_t)(shapes[i].n * shapes[i].c * shapes[i].hw) * 4);
     if (set > max_set) max_set = set;
   }
-  size_t arena_bytes = opt.arena_mib > 0 ? (size_t)(opt.arena_mib * (1 << 20)) : 4 * llc;
+  size_t arena_bytes = opt.arena_mib > 0 ? (size_t)(opt.arena_mib * (1 << 20)) : 8 * llc;
+  if (opt.arena_mib <= 0 && arena_bytes < 4 * max_set) arena_bytes = 4 * max_set;
   const size_t rotate = arena_bytes; /* what every input is guaranteed to be behind */
   if (arena_bytes < 2 * max_set) arena_bytes = 2 * max_set;
   char *arena = aligned_alloc(64, arena_bytes);
   if (!arena) return fprintf(stderr, "out of memory (%zu MiB arena)\n", arena_bytes >> 20), 1;
   memset(arena, 0, arena_bytes);
-  printf("inputs rotate through >= %zu MiB (4 x LLC unless --arena-mib; buffer %zu MiB, at least 2 sets of\n"
+  printf("inputs rotate through >= %zu MiB (8 x LLC and 4 sets unless --arena-mib; buffer %zu MiB, at least 2 sets of\n"
          "x, y, dy, dx); forward on set i, backward on set i - D, the same for PyTorch\n",
          rotate >> 20, arena_bytes >> 20);
 
