@@ -208,11 +208,12 @@ int main(int argc, char **argv) {
             if (r >= 0) t[p][r] = now() - t0;
 #if defined(__x86_64__)
             /* the ruler, on the next set (cold as well): both store kinds
-             * where the pass writes */
-            step++;
-            char *rb = arena + (size_t)(step % K) * set;
+             * where the pass writes, each on a set of its own (the second
+             * on the first one's would find its inputs in the L3) */
             const int64_t tbytes = (int64_t)((size_t)(n * C * S) * (dt ? 2 : 4));
             for (int nt = 0; sbn_cpu_has_avx2() && nt < (p == 1 || p == 3 ? 2 : 1); nt++) {
+              step++;
+              char *rb = arena + (size_t)(step % K) * set;
               const double sec = ruler(p, nt, threads, tbytes, rb, rb + 2 * tb, rb + 3 * tb);
               if (r >= 0) tr[p][nt][r] = sec;
             }
