@@ -364,10 +364,12 @@ void sbn_cpu_set_cf_streams(int streams) {
 }
 
 /* Run a pass: plan, split among the threads, merge the reductions. */
-/* Where the rows layout's reductions prefetch their next unit (kern_rows.inc,
- * K(pfc)): into L1 on AMD CPUs, whose L2 hint does not reach L1, into L2
- * elsewhere. Only the hint differs; the results are the same. */
-static int rl_prefetch_l1(void) {
+/* Where the reductions prefetch what a later unit reads (the rows layout's
+ * next unit, kern_rows.inc K(pfc); small maps' pieces a few channels ahead,
+ * kern_body.inc K(prefetch_piece)): into L1 on AMD CPUs, whose L2 hint does
+ * not reach L1, into L2 elsewhere. Only the hint differs; the results are
+ * the same. */
+static int prefetch_l1(void) {
 #if defined(__x86_64__) || defined(__i386__)
   static int amd = -1; /* atomic */
   int v = __atomic_load_n(&amd, __ATOMIC_RELAXED);
@@ -391,7 +393,7 @@ static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, do
   k->rb = p.rb, k->rows = p.rows, k->cb = p.cb, k->ncb = p.ncb;
   k->s1 = s1, k->s2 = s2;
   k->cf_streams = __atomic_load_n(&cf_streams, __ATOMIC_RELAXED);
-  k->rl_pf_l1 = rl_prefetch_l1();
+  k->pf_l1 = prefetch_l1();
   const int threads = threads_for(ws, g);
   sbn_kfn merge = kind == PASS_ELEMWISE ? NULL : rows_layout(g) ? merge_rows : merge_cf;
   const int64_t gr = kind == PASS_REDUCE && rows_layout(g) ? rows_grain(units, per_unit, threads)

@@ -44,7 +44,8 @@ typedef struct sbn_kargs {
   int flat;                 /* channels-first elementwise: short rows as one flat stream */
   int cf_streams;           /* channels-first reductions of small maps: image by image from
                                this many streams (N x tensors read) */
-  int rl_pf_l1;             /* rows layout's reductions: the next unit prefetched into L1, not L2 */
+  int pf_l1;                /* reductions: the lines wanted a few units later prefetched into
+                               L1, not L2 (the rows layout's next unit, small maps' pieces) */
 } sbn_kargs;
 
 /* Process units [u0, u1). */
