@@ -10,19 +10,13 @@ all: $(DP_TEST)
 $(DP_TEST): tests/dp/test_dp_equivalence.c tools/train/model.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) $(DP_TEST_CFLAGS) -o $@ $< tools/train/model.c $(SBN_STATIC_LINK)
+# The wrapper's single-process tests, each linked with the training tool's model.
 DP_WRAP_TEST := $(BUILD)/tests/dp/test_dp_wrap
-all: $(DP_WRAP_TEST)
-$(DP_WRAP_TEST): tests/dp/test_dp_wrap.c tools/train/model.c $(SBN_STATIC)
-	@mkdir -p $(dir $@)
-	$(SBN_LD) -o $@ $< tools/train/model.c $(SBN_STATIC_LINK)
 DP_FAULT_TEST := $(BUILD)/tests/dp/test_dp_wrap_faults
-all: $(DP_FAULT_TEST)
-$(DP_FAULT_TEST): tests/dp/test_dp_wrap_faults.c tools/train/model.c $(SBN_STATIC)
-	@mkdir -p $(dir $@)
-	$(SBN_LD) -o $@ $< tools/train/model.c $(SBN_STATIC_LINK)
 DP_MISMATCH_TEST := $(BUILD)/tests/dp/test_dp_wrap_mismatch
-all: $(DP_MISMATCH_TEST)
-$(DP_MISMATCH_TEST): tests/dp/test_dp_wrap_mismatch.c tools/train/model.c $(SBN_STATIC)
+DP_MODEL_TESTS := $(DP_WRAP_TEST) $(DP_FAULT_TEST) $(DP_MISMATCH_TEST)
+all: $(DP_MODEL_TESTS)
+$(DP_MODEL_TESTS): $(BUILD)/tests/dp/%: tests/dp/%.c tools/train/model.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) -o $@ $< tools/train/model.c $(SBN_STATIC_LINK)
 DP_LOCAL_FAILURE_TEST := $(BUILD)/tests/dp/test_dp_local_failure
