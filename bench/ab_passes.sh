@@ -9,19 +9,21 @@
 # channels-first passes for a change to the rows layout). When the control
 # moves by as much as the passes under test, the run says nothing.
 #
-# Usage: bench/ab_passes.sh [--base REV] [--runs N] [SHAPE-PREFIX ...]
+# Usage: bench/ab_passes.sh [--base REV] [--runs N] [--isa NAME] [SHAPE-PREFIX ...]
 #   --base REV   what to compare against (default HEAD)
 #   --runs N     runs of each build, alternating (default 3)
+#   --isa NAME   the kernels' instruction-set level (syncbn-bench-passes --isa)
 #   SHAPE-PREFIX syncbn-bench-passes --only prefixes (default: the whole list)
 # Prints per shape, layout, dtype and pass the rul values of both builds, then
 # the geometric mean of variant / base per layout and pass.
 set -euo pipefail
-base=HEAD runs=3
+base=HEAD runs=3 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) base="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --isa) extra+=(--isa "$2"); shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) break ;;
   esac
 done
@@ -40,8 +42,8 @@ cp "$root/build/bench/syncbn-bench-passes" "$work/bin-var"
 for ((i = 1; i <= runs; i++)); do
   for v in base var; do
     for s in "${shapes[@]}"; do
-      if [ -n "$s" ]; then "$work/bin-$v" --threads 2 --reps 21 --only "$s"
-      else "$work/bin-$v" --threads 2 --reps 21; fi
+      if [ -n "$s" ]; then "$work/bin-$v" --threads 2 --reps 21 "${extra[@]}" --only "$s"
+      else "$work/bin-$v" --threads 2 --reps 21 "${extra[@]}"; fi
     done | sed "s/^/$v /" >> "$work/out"
   done
 done

@@ -22,7 +22,7 @@ $(BUILD)/src/cpu/kern_avx512bf16.o: SBN_CFLAGS += -mavx2 -mfma -mf16c -mavx512f 
 endif
 
 TESTS += cpu/test_cpu_dtypes cpu/test_cpu_determinism cpu/test_cpu_noalloc cpu/test_cpu_elemt_bits \
-         cpu/test_cpu_sums_bits cpu/test_cpu_bf16_narrow
+         cpu/test_cpu_sums_bits cpu/test_cpu_bf16_narrow cpu/test_cpu_bf16_narrow_avx2
 # The same tests on each instruction set by name (the default run above uses
 # the best one; the determinism test also compares every set bit for bit).
 CPU_ISAS := generic avx2 avx512 avx512bf16
