@@ -84,5 +84,8 @@ int sbn_cpu_set_isa(int isa);
  * same either way. A test hook (default 64; 0 restores it): tests/cpu
  * compare the two orders bit for bit. */
 void sbn_cpu_set_cf_streams(int streams);
+/* Test hook: 0 reads the larger maps' channels-first reductions channel by
+ * channel too (the order before cf_major), else image by image (the default). */
+void sbn_cpu_set_cf_major(int on);
 
 #endif

@@ -44,6 +44,8 @@ typedef struct sbn_kargs {
   int flat;                 /* channels-first elementwise: short rows as one flat stream */
   int cf_streams;           /* channels-first reductions of small maps: image by image from
                                this many streams (N x tensors read) */
+  int cf_major;             /* channels-first reductions of maps of 1 KiB and more: image by
+                               image, a hand-out's channels in memory order (bn_kernels.c) */
   int pf_l1;                /* reductions: the lines wanted a few units later prefetched into
                                L1, not L2 (the rows layout's next unit, small maps' pieces) */
 } sbn_kargs;

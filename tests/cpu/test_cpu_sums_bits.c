@@ -51,14 +51,15 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
   sums(&ws, base, x, dy, g, mean);
   double diff = 0, evidence = 0;
   int runs = 0;
-  /* Channels-first: both orders of the small-map reductions (image by
-   * image from 1 stream, channel by channel up to 2^30), where they apply. */
+  /* Channels-first: both orders of the reductions (image by image: small
+   * maps from 1 stream, larger ones as by default; channel by channel:
+   * small maps up to 2^30 streams, larger ones with cf_major off). */
   const int orders = lay == SBN_LAYOUT_CHANNELS_FIRST ? 2 : 1;
   for (int i = 0; i < sbn_cpu_isa_count(); i++) {
     if (!sbn_cpu_isa_supported(i)) continue;
     sbn_cpu_set_isa(i);
     for (int o = 0; o < orders; o++) {
-      if (orders > 1) sbn_cpu_set_cf_streams(o ? 1 << 30 : 1);
+      if (orders > 1) sbn_cpu_set_cf_streams(o ? 1 << 30 : 1), sbn_cpu_set_cf_major(!o);
       for (int t = 1; t <= 4; t *= 2, runs++) {
         ws.threads = t;
         memset(got, 0xa5, 8 * NSUM * (size_t)C);
@@ -66,7 +67,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
         for (int64_t j = 0; j < NSUM * C; j++) diff += memcmp(&got[j], &base[j], 8) != 0;
       }
     }
-    sbn_cpu_set_cf_streams(0);
+    sbn_cpu_set_cf_streams(0), sbn_cpu_set_cf_major(1);
   }
   for (int64_t j = C; j < NSUM * C; j++) evidence += base[j] != 0;
   sbn_cpu_set_isa(isa);
@@ -103,7 +104,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
   }
   printf("%s %s %lldx%lldx%lld: %lld sums x %d runs (instruction sets x %s1, 2, 4 threads)\n", dt_name(dt),
          lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, (long long)(NSUM * C), runs,
-         orders > 1 ? "image- and channel-major small maps x " : "");
+         orders > 1 ? "image- and channel-major x " : "");
   int bad = check("  sums differing from generic, 1 thread", diff, 0);
   printf("  largest error against a float64 loop, relative to the sum of |terms|: %.2e (tol 1e-9)\n", worst);
   bad |= !(worst <= 1e-9);
@@ -126,10 +127,14 @@ int main(void) {
    * chunks: 3 x 1100 x 411 (1233 rows of 3 channel blocks, the last row
    * block 17 rows) and 2-D 120000 x 16 (118 row blocks, the last 192 rows).
    * Rows of 4 KiB or 8 KiB (float32 C = 1024, 2048; float16 C = 2048:
-   * the AVX-512 build's two-rows-at-a-time order, kern_rows.inc). */
+   * the AVX-512 build's two-rows-at-a-time order, kern_rows.inc).
+   * Channels-first maps of 1 KiB and more, image by image (bn_kernels.c
+   * cf_major): 3 x 1100 x 411 (not bfloat16: 822 bytes) and 5 x 37 x 1031
+   * (1031 = 64 x 16 + 4 + 3; 37 channels: hand-outs of 2, blocks of 16, 5). */
   static const int64_t shapes[][3] = {{3, 39, 55},    {8, 96, 49},    {2, 8, 20007},  {4, 1100, 12},
                                       {9001, 6, 1},   {3, 1100, 411}, {120000, 16, 1}, {64, 70, 13},
-                                      {40, 70, 49},   {5, 1023, 9},   {3, 1024, 7},   {2, 2048, 11}};
+                                      {40, 70, 49},   {5, 1023, 9},   {3, 1024, 7},   {2, 2048, 11},
+                                      {5, 37, 1031}};
   const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT64};
   for (int d = 0; d < 4; d++)
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
