@@ -448,16 +448,14 @@ void sbn_cpu_stats(sbn_cpu_ws *ws, double *shift, double *s1, double *s2, const 
     return;
   }
   /* The shift: the channel's first value (n = 0, first position), or 0
-   * where that is infinite or NaN: inf - inf would make the mean of a
-   * channel holding +inf NaN, where PyTorch reports inf. */
-  const int cf = g.layout == SBN_LAYOUT_CHANNELS_FIRST;
-  for (int64_t c = 0; c < C; c++) {
-    const double v = load1(x, g.dtype, cf ? c * g.s : c);
-    shift[c] = isfinite(v) ? v : 0.0;
-  }
+   * where that is not finite (sbn_shift_of). The rows layout's are the
+   * first row, read here; the channels-first kernels read their channels'
+   * themselves (kern_body.inc K(cf_shift)). */
   sbn_kargs k;
   memset(&k, 0, sizeof k);
-  k.x = x, k.m = shift, k.part = ws->part;
+  if (rows_layout(g))
+    for (int64_t c = 0; c < C; c++) shift[c] = sbn_shift_of(load1(x, g.dtype, c));
+  k.x = x, k.m = shift, k.shift = shift, k.part = ws->part;
   run(ws, &k, g, SBN_K_STATS, s1, s2);
 }
 

@@ -22,6 +22,7 @@
 #ifndef SBN_CPU_KERN_H
 #define SBN_CPU_KERN_H
 
+#include <math.h>
 #include <stdint.h>
 
 enum { SBN_EW_ROWS = 4 };
@@ -33,7 +34,8 @@ typedef struct sbn_kargs {
   int64_t cb, ncb;          /* rows layout: channels per block, blocks */
   const void *x, *dy;       /* inputs */
   void *out;                /* y or dx */
-  const double *m;          /* shift (stats) or mean */
+  const double *m;          /* shift (rows layout's statistics) or mean */
+  double *shift;            /* channels-first statistics: the shifts, taken by the units (cf_shift) */
   const double *a, *b, *cc; /* per-channel coefficients */
   double *part;             /* partial sums of reduction units */
   double *s1, *s2;          /* reductions: merged per-channel results */
@@ -49,6 +51,11 @@ typedef struct sbn_kargs {
   int pf_l1;                /* reductions: the lines wanted a few units later prefetched into
                                L1, not L2 (the rows layout's next unit, small maps' pieces) */
 } sbn_kargs;
+
+/* The statistics' shift of a channel from its first value v: v, or 0 where
+ * v is infinite or NaN (inf - inf would make the mean of a channel holding
+ * +inf NaN, where PyTorch reports inf). */
+static inline double sbn_shift_of(double v) { return isfinite(v) ? v : 0.0; }
 
 /* Process units [u0, u1). */
 typedef void (*sbn_kfn)(const sbn_kargs *k, int64_t u0, int64_t u1);

@@ -75,7 +75,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
    * (its own rounding: at most n * 2^-53 of the sum of |terms|, ~2e-10 at
    * 1.9 M values; 1e-9 of it catches any lost or doubled part: half of
    * the rows of some units left out gave 0.5 in a trial). */
-  double worst = 0;
+  double worst = 0, shift_bad = 0;
   {
     double *xv = malloc(8 * (size_t)n), *gv = malloc(8 * (size_t)n);
     if (dt == SBN_DTYPE_FLOAT64) {
@@ -89,6 +89,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
     for (int64_t c = 0; c < C; c++) {
       double ref[4] = {0, 0, 0, 0}, mag[4] = {0, 0, 0, 0};
       const double sh = base[c];
+      shift_bad += sh != xv[lay ? c : c * S]; /* the shift: the channel's first value (all finite here) */
       for (int64_t i = 0; i < N * S; i++) { /* i: image and position */
         const int64_t at = lay ? i * C + c : (i / S * C + c) * S + i % S;
         const double d = xv[at] - sh, dyv = gv[at], e = dyv * (xv[at] - mean[c]);
@@ -106,6 +107,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
          lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, (long long)(NSUM * C), runs,
          orders > 1 ? "image- and channel-major x " : "");
   int bad = check("  sums differing from generic, 1 thread", diff, 0);
+  bad |= check("  shifts not the channel's first value", shift_bad, 0);
   printf("  largest error against a float64 loop, relative to the sum of |terms|: %.2e (tol 1e-9)\n", worst);
   bad |= !(worst <= 1e-9);
   bad |= check("  evidence: sums not zero (0: yes)", evidence > 0 ? 0 : 1, 0);
