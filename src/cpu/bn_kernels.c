@@ -23,6 +23,8 @@ enum {
   UNIT = 16384,      /* target values per unit of the rows layout */
   MAX_CB = 512,      /* rows layout: at most this many channels per block ... */
   MIN_RB = 32,       /* ... and at least this many rows (partials <= 1/8 of the data) */
+  RL_GROUPS = 16,    /* rows layout's reductions: groups of row blocks, at least (see rl_group) */
+  RL_GROUP_MAX = 8,  /* ... and at most this many row blocks a group */
   GRAB = 65536,      /* values handed to a thread at a time (256 KiB float32) ... */
   GRAB_ROWS = 1 << 20, /* ... and for the rows layout's reductions (see grain) */
   RL_ROUND = 16,     /* rows layout's reductions: units a thread takes per round, at least */
@@ -55,6 +57,19 @@ static int64_t rl_reduce_cb(int64_t c) {
 }
 
 static int use_stream(sbn_geom g);
+
+/* Row blocks per group of partials of the rows layout's reductions
+ * (cpu_kern.h): one row of 2C partials per row block made the partials
+ * 1/16 of a float32 tensor's bytes (1/8 of a 16-bit one's), written by the
+ * units, then read across both cores by the merge. Groups of up to
+ * RL_GROUP_MAX blocks, at least RL_GROUPS groups where there are enough
+ * blocks (hand-outs are whole groups). A function of the shape only, so
+ * the sums' bits do not depend on the thread count. Measured (AMD EPYC,
+ * 2 threads, out of cache, BENCHMARKS.md): see "Groups of row blocks". */
+static int64_t rl_group(int64_t nrb) {
+  const int64_t rg = nrb / RL_GROUPS;
+  return rg < 1 ? 1 : rg > RL_GROUP_MAX ? RL_GROUP_MAX : rg;
+}
 
 /* Channels per unit of the rows layout's elementwise passes: whole rows,
  * but rows of 2 x EW_CB channels or more whose outputs are streamed go in
@@ -104,7 +119,8 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
   k->cb = rl_reduce_cb(g.c); /* after rb, which stays that of MAX_CB-channel blocks */
   k->ncb = (g.c + k->cb - 1) / k->cb;
   const int64_t nrb = (k->rows + rb - 1) / rb;
-  if (part) *part = 2 * (size_t)g.c * (size_t)nrb;
+  k->rg = rl_group(nrb);
+  if (part) *part = 2 * (size_t)g.c * (size_t)((nrb + k->rg - 1) / k->rg);
   if (per_unit) *per_unit = rb * k->cb;
   return nrb * k->ncb;
 }
@@ -350,10 +366,10 @@ static void merge_cf(const sbn_kargs *k, int64_t c0, int64_t c1) {
 }
 
 static void merge_rows(const sbn_kargs *k, int64_t c0, int64_t c1) {
-  const int64_t C = k->c, nrb = (k->rows + k->rb - 1) / k->rb;
+  const int64_t C = k->c, nrb = (k->rows + k->rb - 1) / k->rb, ng = (nrb + k->rg - 1) / k->rg;
   const double *p = k->part;
   for (int64_t c = c0; c < c1; c++) k->s1[c] = p[c], k->s2[c] = p[C + c];
-  for (int64_t b = 1; b < nrb; b++) {
+  for (int64_t b = 1; b < ng; b++) {
     p += 2 * C;
     for (int64_t c = c0; c < c1; c++) k->s1[c] += p[c], k->s2[c] += p[C + c];
   }
@@ -413,7 +429,7 @@ static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, do
   int64_t per_unit = 0;
   const int64_t units = plan(&p, g, kind, &per_unit, NULL);
   k->n = p.n, k->c = p.c, k->s = p.s, k->chunk = p.chunk, k->nck = p.nck;
-  k->rb = p.rb, k->rows = p.rows, k->cb = p.cb, k->ncb = p.ncb;
+  k->rb = p.rb, k->rows = p.rows, k->cb = p.cb, k->ncb = p.ncb, k->rg = p.rg;
   k->s1 = s1, k->s2 = s2;
   k->cf_streams = __atomic_load_n(&cf_streams, __ATOMIC_RELAXED);
   k->pf_l1 = prefetch_l1();
@@ -422,6 +438,10 @@ static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, do
   k->cf_major = kind == PASS_REDUCE && cf_major(g, k->nck);
   int64_t gr = kind == PASS_REDUCE && rows_layout(g) ? rows_grain(units, per_unit, threads)
                                                       : grain(units, per_unit, threads, GRAB);
+  if (kind == PASS_REDUCE && rows_layout(g) && k->rg > 1) { /* whole groups of row blocks (cpu_kern.h) */
+    const int64_t gu = k->rg * k->ncb;
+    gr = gr < gu ? gu : gr / gu * gu;
+  }
   if (k->cf_major && gr < CF_MAJOR_GRAIN) { /* hand-outs of CF_MAJOR_GRAIN channels, 4 a thread at least */
     const int64_t cap = units / (4 * (int64_t)threads);
     gr = CF_MAJOR_GRAIN < cap ? CF_MAJOR_GRAIN : cap > 0 ? cap : 1;

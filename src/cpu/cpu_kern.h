@@ -12,9 +12,14 @@
  * unit u = (row block u / ncb of rb rows, channel block u % ncb of cb
  * channels). Reductions: whole rows up to 1024 channels, wider rows in
  * even blocks of at most 512; rb a multiple of 8 (that of 512-channel
- * blocks, ~16K values); they write the block's sums to part + 2C * row
- * block (sums at c, second sums at C + c); the driver merges them per
- * channel in row-block order (kern_rows.inc: how a unit adds).
+ * blocks, ~16K values). Their sums go to one row of partials per group of
+ * rg row blocks: part + 2C * (row block / rg) (sums at c, second sums at
+ * C + c); the first block of a group starts from zero, each later one
+ * carries on from what the one before it stored, and hand-outs are whole
+ * groups (rg * ncb units), so a group's blocks run in order on one thread.
+ * A channel's additions in a group are then those of one block of rg * rb
+ * rows, whoever runs it; the driver merges the groups' partials per channel
+ * in group order (kern_rows.inc: how a unit adds).
  * Elementwise: whole rows (cb = C; wide streamed rows in blocks, bn_kernels.c
  * ew_cb), rb a multiple of SBN_EW_ROWS (the rows
  * a step of the kernels takes; kern_rows.inc).
@@ -31,6 +36,7 @@ typedef struct sbn_kargs {
   int64_t n, c, s;          /* batch, channels, spatial size */
   int64_t chunk, nck;       /* channels-first: chunks of S (nck == 0: rows layout) */
   int64_t rb, rows;         /* rows layout: rows per block, N*S rows */
+  int64_t rg;               /* rows layout's reductions: row blocks per group of partials */
   int64_t cb, ncb;          /* rows layout: channels per block, blocks */
   const void *x, *dy;       /* inputs */
   void *out;                /* y or dx */
@@ -51,6 +57,13 @@ typedef struct sbn_kargs {
   int pf_l1;                /* reductions: the lines wanted a few units later prefetched into
                                L1, not L2 (the rows layout's next unit, small maps' pieces) */
 } sbn_kargs;
+
+/* The rows layout's reductions: the partials of row block rbi's group, and
+ * whether the block carries on from the group's blocks before it. */
+static inline double *sbn_rl_part(const sbn_kargs *k, int64_t rbi, int *cont) {
+  *cont = rbi % k->rg != 0;
+  return k->part + 2 * k->c * (rbi / k->rg);
+}
 
 /* The statistics' shift of a channel from its first value v: v, or 0 where
  * v is infinite or NaN (inf - inf would make the mean of a channel holding

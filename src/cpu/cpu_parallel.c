@@ -201,7 +201,8 @@ void sbn_cpu_parallel_for(int threads, int64_t n, int64_t grain, sbn_kfn fn, con
   const int helpers = threads - 1 < p->nhelpers ? threads - 1 : p->nhelpers;
   pool_run(p, helpers, fn, k, n, grain);
   if (merge) { /* split among the threads when there is enough to add */
-    const int64_t per = k->nck ? k->nck : (k->rows + k->rb - 1) / k->rb, mg = (nm + helpers) / (helpers + 1);
+    const int64_t per = k->nck ? k->nck : ((k->rows + k->rb - 1) / k->rb + k->rg - 1) / k->rg; /* partials */
+    const int64_t mg = (nm + helpers) / (helpers + 1);
     if (nm * per >= 16384 && nm >= 64) pool_run(p, helpers, merge, k, nm, mg < 32 ? 32 : mg);
     else merge(k, 0, nm);
   }

@@ -127,7 +127,8 @@ int main(void) {
    * of 8 + 5); C = 1100 = 368 + 368 + 364; C = 1023 in whole rows (63 x 16 +
    * 3 x 4 + 3); 2-D C = 6 = 4 + 2. Tall inputs, many row blocks and
    * chunks: 3 x 1100 x 411 (1233 rows of 3 channel blocks, the last row
-   * block 17 rows) and 2-D 120000 x 16 (118 row blocks, the last 192 rows).
+   * block 17 rows; groups of 2 row blocks, the last of 1) and 2-D 120000 x 16
+   * (118 row blocks, the last 192 rows; groups of 7, the last of 6).
    * Rows of 4 KiB or 8 KiB (float32 C = 1024, 2048; float16 C = 2048:
    * the AVX-512 build's two-rows-at-a-time order, kern_rows.inc).
    * Channels-first maps of 1 KiB and more, image by image (bn_kernels.c
