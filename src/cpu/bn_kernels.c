@@ -23,7 +23,7 @@ enum {
   UNIT = 16384,      /* target values per unit of the rows layout */
   MAX_CB = 512,      /* rows layout: at most this many channels per block ... */
   MIN_RB = 32,       /* ... and at least this many rows (partials <= 1/8 of the data) */
-  RL_GROUPS = 16,    /* rows layout's reductions: groups of row blocks, at least (see rl_group) */
+  RL_GROUPS = 4,     /* rows layout's reductions: groups of row blocks, at least (see rl_group) */
   RL_GROUP_MAX = 8,  /* ... and at most this many row blocks a group */
   GRAB = 65536,      /* values handed to a thread at a time (256 KiB float32) ... */
   GRAB_ROWS = 1 << 20, /* ... and for the rows layout's reductions (see grain) */
@@ -61,11 +61,17 @@ static int use_stream(sbn_geom g);
 /* Row blocks per group of partials of the rows layout's reductions
  * (cpu_kern.h): one row of 2C partials per row block made the partials
  * 1/16 of a float32 tensor's bytes (1/8 of a 16-bit one's), written by the
- * units, then read across both cores by the merge. Groups of up to
+ * units, then read across both cores by the merge (skipping the merge made
+ * 8x256x56x56 float32 statistics 1.2x faster). Groups of up to
  * RL_GROUP_MAX blocks, at least RL_GROUPS groups where there are enough
- * blocks (hand-outs are whole groups). A function of the shape only, so
- * the sums' bits do not depend on the thread count. Measured (AMD EPYC,
- * 2 threads, out of cache, BENCHMARKS.md): see "Groups of row blocks". */
+ * blocks (hand-outs are whole groups, so fewer groups would leave threads
+ * idle). A function of the shape only: the sums' bits do not depend on the
+ * thread count. Measured (AMD EPYC, 2 threads, out of cache, against a
+ * plain read loop timed beside each pass, BENCHMARKS.md "Groups of row
+ * blocks"): channels-last statistics 1.21x, backward reduce 1.18x over
+ * 8x64x112x112 ... 8x1024x14x14 with groups of 8 and at least 16 of them;
+ * at least 4 groups gave 1.04-1.08x more on the 1-6 MiB shapes (13-49 row
+ * blocks), at least 8 or groups of 16 changed nothing. */
 static int64_t rl_group(int64_t nrb) {
   const int64_t rg = nrb / RL_GROUPS;
   return rg < 1 ? 1 : rg > RL_GROUP_MAX ? RL_GROUP_MAX : rg;

@@ -127,8 +127,9 @@ int main(void) {
    * of 8 + 5); C = 1100 = 368 + 368 + 364; C = 1023 in whole rows (63 x 16 +
    * 3 x 4 + 3); 2-D C = 6 = 4 + 2. Tall inputs, many row blocks and
    * chunks: 3 x 1100 x 411 (1233 rows of 3 channel blocks, the last row
-   * block 17 rows; groups of 2 row blocks, the last of 1) and 2-D 120000 x 16
-   * (118 row blocks, the last 192 rows; groups of 7, the last of 6).
+   * block 17 rows; groups of 8 row blocks, the last of 7), 2-D 120000 x 16
+   * (118 row blocks, the last 192 rows; groups of 8, the last of 6) and
+   * 10 x 300 x 37 (8 row blocks of 48 rows, the last 34; groups of 2).
    * Rows of 4 KiB or 8 KiB (float32 C = 1024, 2048; float16 C = 2048:
    * the AVX-512 build's two-rows-at-a-time order, kern_rows.inc).
    * Channels-first maps of 1 KiB and more, image by image (bn_kernels.c
@@ -137,7 +138,7 @@ int main(void) {
   static const int64_t shapes[][3] = {{3, 39, 55},    {8, 96, 49},    {2, 8, 20007},  {4, 1100, 12},
                                       {9001, 6, 1},   {3, 1100, 411}, {120000, 16, 1}, {64, 70, 13},
                                       {40, 70, 49},   {5, 1023, 9},   {3, 1024, 7},   {2, 2048, 11},
-                                      {5, 37, 1031}};
+                                      {5, 37, 1031}, {10, 300, 37}};
   const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT64};
   for (int d = 0; d < 4; d++)
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
