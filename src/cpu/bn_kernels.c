@@ -389,6 +389,27 @@ void sbn_cpu_set_cf_streams(int streams) {
 static int cf_major_on = 1; /* atomic */
 void sbn_cpu_set_cf_major(int on) { __atomic_store_n(&cf_major_on, on != 0, __ATOMIC_RELAXED); }
 
+/* The rows layout's reductions in quads (kern_rows.inc K(bred_quads)) or
+ * in column sweeps: the same bits either way. Quads at the generic and avx2
+ * levels, measured on an AMD EPYC with a 32 KiB L1 and a 512 KiB L2, AVX2
+ * (BENCHMARKS.md, "Quads"): the backward reduce everywhere, the statistics
+ * for 16-bit storage and for rows of 4 KiB or more (float32 statistics of
+ * narrower rows stream better in column sweeps with the next unit
+ * prefetched: 8x256x56x56 0.80-0.83 of a plain read loop against 0.60-0.61
+ * in quads). Column sweeps at the AVX-512 levels, tuned on CPUs with the
+ * larger caches that come with them, where no quads order has been
+ * measured. Units wider than SBN_RL_QUAD_MAX_W take column sweeps. */
+static int rl_quads_mode; /* atomic; sbn_cpu_set_rl_quads */
+void sbn_cpu_set_rl_quads(int mode) { __atomic_store_n(&rl_quads_mode, mode, __ATOMIC_RELAXED); }
+static int rl_quads(sbn_geom g, const sbn_kargs *k, int op) {
+  const int mode = __atomic_load_n(&rl_quads_mode, __ATOMIC_RELAXED);
+  if (!rows_layout(g) || g.dtype == SBN_DTYPE_FLOAT64 || k->cb > SBN_RL_QUAD_MAX_W) return 0;
+  if (op != SBN_K_STATS && op != SBN_K_BRED) return 0;
+  if (mode) return mode == 1;
+  if (sbn_cpu_get_isa() >= SBN_CPU_ISA_AVX512) return 0;
+  return op == SBN_K_BRED || g.dtype != SBN_DTYPE_FLOAT32 || g.c * (int64_t)dtype_bytes(g.dtype) >= 4096;
+}
+
 /* Run a pass: plan, split among the threads, merge the reductions. */
 /* Where the reductions prefetch what a later unit reads (the rows layout's
  * next unit, kern_rows.inc K(pfc); small maps' pieces a few channels ahead,
@@ -439,6 +460,7 @@ static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, do
   k->s1 = s1, k->s2 = s2;
   k->cf_streams = __atomic_load_n(&cf_streams, __ATOMIC_RELAXED);
   k->pf_l1 = prefetch_l1();
+  k->rl_quads = rl_quads(g, k, op);
   const int threads = threads_for(ws, g);
   sbn_kfn merge = kind == PASS_ELEMWISE ? NULL : rows_layout(g) ? merge_rows : merge_cf;
   k->cf_major = kind == PASS_REDUCE && cf_major(g, k->nck);

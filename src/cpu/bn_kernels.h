@@ -87,5 +87,10 @@ void sbn_cpu_set_cf_streams(int streams);
 /* Test hook: 0 reads the larger maps' channels-first reductions channel by
  * channel too (the order before cf_major), else image by image (the default). */
 void sbn_cpu_set_cf_major(int on);
+/* Test hook: the rows layout's reductions four rows at a time across a
+ * unit (1) or in column sweeps (2), or as the instruction set and shape
+ * choose (0, the default: bn_kernels.c rl_quads); the sums' bits are the
+ * same. */
+void sbn_cpu_set_rl_quads(int mode);
 
 #endif

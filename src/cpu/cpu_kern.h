@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 enum { SBN_EW_ROWS = 4 };
+enum { SBN_RL_QUAD_MAX_W = 1024 }; /* widest unit the quads order takes (kern_rows.inc) */
 
 typedef struct sbn_kargs {
   int64_t n, c, s;          /* batch, channels, spatial size */
@@ -56,6 +57,8 @@ typedef struct sbn_kargs {
                                image, a hand-out's channels in memory order (bn_kernels.c) */
   int pf_l1;                /* reductions: the lines wanted a few units later prefetched into
                                L1, not L2 (the rows layout's next unit, small maps' pieces) */
+  int rl_quads;             /* rows layout's reductions: four rows at a time across the unit
+                               (kern_rows.inc K(bred_quads)), not column sweeps */
 } sbn_kargs;
 
 /* The rows layout's reductions: the partials of row block rbi's group, and

@@ -51,15 +51,17 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
   sums(&ws, base, x, dy, g, mean);
   double diff = 0, evidence = 0;
   int runs = 0;
-  /* Channels-first: both orders of the reductions (image by image: small
-   * maps from 1 stream, larger ones as by default; channel by channel:
-   * small maps up to 2^30 streams, larger ones with cf_major off). */
-  const int orders = lay == SBN_LAYOUT_CHANNELS_FIRST ? 2 : 1;
+  /* Both orders of the reductions. Channels-first: image by image (small
+   * maps from 1 stream, larger ones as by default) and channel by channel
+   * (small maps up to 2^30 streams, larger ones with cf_major off). Rows
+   * layout: the statistics and backward reduce in quads and in column sweeps. */
+  const int orders = 2;
   for (int i = 0; i < sbn_cpu_isa_count(); i++) {
     if (!sbn_cpu_isa_supported(i)) continue;
     sbn_cpu_set_isa(i);
     for (int o = 0; o < orders; o++) {
-      if (orders > 1) sbn_cpu_set_cf_streams(o ? 1 << 30 : 1), sbn_cpu_set_cf_major(!o);
+      if (lay == SBN_LAYOUT_CHANNELS_FIRST) sbn_cpu_set_cf_streams(o ? 1 << 30 : 1), sbn_cpu_set_cf_major(!o);
+      else sbn_cpu_set_rl_quads(o ? 2 : 1);
       for (int t = 1; t <= 4; t *= 2, runs++) {
         ws.threads = t;
         memset(got, 0xa5, 8 * NSUM * (size_t)C);
@@ -67,7 +69,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
         for (int64_t j = 0; j < NSUM * C; j++) diff += memcmp(&got[j], &base[j], 8) != 0;
       }
     }
-    sbn_cpu_set_cf_streams(0), sbn_cpu_set_cf_major(1);
+    sbn_cpu_set_cf_streams(0), sbn_cpu_set_cf_major(1), sbn_cpu_set_rl_quads(0);
   }
   for (int64_t j = C; j < NSUM * C; j++) evidence += base[j] != 0;
   sbn_cpu_set_isa(isa);
@@ -105,7 +107,7 @@ static int one(sbn_dtype dt, sbn_layout lay, int64_t N, int64_t C, int64_t S, rn
   }
   printf("%s %s %lldx%lldx%lld: %lld sums x %d runs (instruction sets x %s1, 2, 4 threads)\n", dt_name(dt),
          lay ? "CL" : "CF", (long long)N, (long long)C, (long long)S, (long long)(NSUM * C), runs,
-         orders > 1 ? "image- and channel-major x " : "");
+         lay == SBN_LAYOUT_CHANNELS_FIRST ? "image- and channel-major x " : "quads and column sweeps x ");
   int bad = check("  sums differing from generic, 1 thread", diff, 0);
   bad |= check("  shifts not the channel's first value", shift_bad, 0);
   printf("  largest error against a float64 loop, relative to the sum of |terms|: %.2e (tol 1e-9)\n", worst);
