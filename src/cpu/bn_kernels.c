@@ -389,7 +389,7 @@ void sbn_cpu_set_cf_streams(int streams) {
 static int cf_major_on = 1; /* atomic */
 void sbn_cpu_set_cf_major(int on) { __atomic_store_n(&cf_major_on, on != 0, __ATOMIC_RELAXED); }
 
-/* The rows layout's reductions in quads (kern_rows.inc K(bred_quads)) or
+/* The rows layout's reductions in quads (kern_rows.inc K(stats_quads)) or
  * in column sweeps: the same bits either way. Quads at the generic and avx2
  * levels, measured on an AMD EPYC with a 32 KiB L1 and a 512 KiB L2, AVX2
  * (BENCHMARKS.md, "Quads"): the backward reduce everywhere, the statistics

@@ -58,7 +58,7 @@ typedef struct sbn_kargs {
   int pf_l1;                /* reductions: the lines wanted a few units later prefetched into
                                L1, not L2 (the rows layout's next unit, small maps' pieces) */
   int rl_quads;             /* rows layout's reductions: four rows at a time across the unit
-                               (kern_rows.inc K(bred_quads)), not column sweeps */
+                               (kern_rows.inc K(stats_quads)), not column sweeps */
 } sbn_kargs;
 
 /* The rows layout's reductions: the partials of row block rbi's group, and
