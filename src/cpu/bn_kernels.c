@@ -477,12 +477,22 @@ static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, do
   sbn_cpu_parallel_for(threads, units, gr, kernel(g, op), k, merge, g.c);
 }
 
-static double load1(const void *x, sbn_dtype dt, int64_t i) {
+/* The rows layout's shifts: the first row, one loop per dtype (a switch per
+ * channel cost ~3 us of a 2x2048 forward's ~17 on an AMD EPYC). */
+static void first_row_shifts(double *shift, const void *x, sbn_dtype dt, int64_t C) {
+  const uint16_t *h = x;
   switch (dt) {
-    case SBN_DTYPE_BFLOAT16: return sbn_bf16_to_f32(((const uint16_t *)x)[i]);
-    case SBN_DTYPE_FLOAT16: return sbn_f16_to_f32(((const uint16_t *)x)[i]);
-    case SBN_DTYPE_FLOAT64: return ((const double *)x)[i];
-    default: return ((const float *)x)[i];
+    case SBN_DTYPE_BFLOAT16:
+      for (int64_t c = 0; c < C; c++) shift[c] = sbn_shift_of(sbn_bf16_to_f32(h[c]));
+      break;
+    case SBN_DTYPE_FLOAT16:
+      for (int64_t c = 0; c < C; c++) shift[c] = sbn_shift_of(sbn_f16_to_f32(h[c]));
+      break;
+    case SBN_DTYPE_FLOAT64:
+      for (int64_t c = 0; c < C; c++) shift[c] = sbn_shift_of(((const double *)x)[c]);
+      break;
+    default:
+      for (int64_t c = 0; c < C; c++) shift[c] = sbn_shift_of(((const float *)x)[c]);
   }
 }
 
@@ -502,7 +512,7 @@ void sbn_cpu_stats(sbn_cpu_ws *ws, double *shift, double *s1, double *s2, const 
   sbn_kargs k;
   memset(&k, 0, sizeof k);
   if (rows_layout(g))
-    for (int64_t c = 0; c < C; c++) shift[c] = sbn_shift_of(load1(x, g.dtype, c));
+    first_row_shifts(shift, x, g.dtype, C);
   k.x = x, k.m = shift, k.shift = shift, k.part = ws->part;
   run(ws, &k, g, SBN_K_STATS, s1, s2);
 }
