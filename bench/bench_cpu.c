@@ -364,7 +364,8 @@ typedef struct sync_arg {
   const shape *s;
   char *arena[2];
   size_t arena_bytes;
-  double ms[2]; /* rank 0's median forward+backward: plain, synced */
+  double ms[2];  /* median step, both ranks done (barrier after): plain, synced */
+  double own[2]; /* rank 0's median forward+backward alone, without that barrier */
 } sync_arg;
 
 static int sync_rank(sbn_group *world, void *argp) {
@@ -378,7 +379,8 @@ static int sync_rank(sbn_group *world, void *argp) {
   sbn_bn *bn[2];
   if (sbn_bn_create(&bn[0], &o, NULL) != SBN_STATUS_OK) return 1;
   if (sbn_bn_create(&bn[1], &o, world) != SBN_STATUS_OK) return 1;
-  double(*t)[MAX_SAMPLES] = malloc(sizeof(double[2][MAX_SAMPLES])); /* this rank's samples */
+  /* this rank's samples: [mode] step, [2 + mode] its own forward+backward */
+  double(*t)[MAX_SAMPLES] = malloc(sizeof(double[4][MAX_SAMPLES]));
   if (!t) return 1;
   int nt[2] = {0, 0};
   double m = 2; /* steps per block, rank 0 decides */
@@ -399,9 +401,13 @@ static int sync_rank(sbn_group *world, void *argp) {
           fprintf(stderr, "sync rank %d: %s\n", rank, sbn_last_error());
           return 1;
         }
+        const double own = now() - t0;
+        /* A data-parallel step ends when its slowest rank does (the
+         * gradients' all-reduce waits for it), with plain BatchNorm too. */
+        sbn_group_barrier(world);
         double dt = now() - t0;
         spent += dt;
-        if (round >= 0 && nt[mode] < MAX_SAMPLES) t[mode][nt[mode]++] = dt;
+        if (round >= 0 && nt[mode] < MAX_SAMPLES) t[2 + mode][nt[mode]] = own, t[mode][nt[mode]++] = dt;
       }
       if (round < 0 && mode == 1) { /* after the warm-up: blocks of about opt.time_s / 4 */
         m = 0.25 * opt.time_s / (spent / m);
@@ -410,7 +416,8 @@ static int sync_rank(sbn_group *world, void *argp) {
       }
     }
   if (rank == 0)
-    for (int mode = 0; mode < 2; mode++) a->ms[mode] = 1e3 * median(t[mode], nt[mode]);
+    for (int mode = 0; mode < 2; mode++)
+      a->ms[mode] = 1e3 * median(t[mode], nt[mode]), a->own[mode] = 1e3 * median(t[2 + mode], nt[mode]);
   free(t);
   sbn_bn_destroy(bn[0]), sbn_bn_destroy(bn[1]);
   return 0;
@@ -575,23 +582,28 @@ int main(int argc, char **argv) {
 
   /* synchronization cost, float32 channels-first, N = 8 shapes per rank */
   printf("\nsynchronization: 2 thread ranks (1 thread each), forward+backward per step, float32 CF,\n"
-         "plain (each rank its own BatchNorm) and synced blocks interleaved, median per step\n");
-  printf("%-16s %9s %11s %11s %9s\n", "per-rank shape", "MiB/rank", "2 plain ms", "2 sync ms", "overhead");
+         "plain (each rank its own BatchNorm) and synced blocks interleaved, median per step; a step\n"
+         "ends when both ranks are done (a barrier, as the gradients' all-reduce in training);\n"
+         "'rank 0 alone': its plain forward+backward without that wait, and the synced step against it\n");
+  printf("%-16s %9s %11s %11s %9s %13s %9s\n", "per-rank shape", "MiB/rank", "2 plain ms", "2 sync ms", "overhead",
+         "rank 0 alone", "against");
   snprintf(path, sizeof path, "%s/bench_sync.csv", opt.out);
   FILE *scsv = fopen(path, "w");
   if (!scsv) return 1;
-  fprintf(scsv, "shape,mib_per_rank,two_plain_ms,two_sync_ms,overhead\n");
+  fprintf(scsv, "shape,mib_per_rank,two_plain_ms,two_sync_ms,overhead,rank0_plain_alone_ms,overhead_against_alone\n");
   fill(arena, arena_bytes, SBN_DTYPE_FLOAT32);
   sbn_set_num_threads(1);
   for (int i = 0; i < ns; i++) {
     const shape *s = &shapes[i];
     if (s->n != 8 && s->hw != 1) continue;
-    sync_arg a = {s, {arena, arena + arena_bytes / 2}, arena_bytes / 2, {0, 0}};
+    sync_arg a = {s, {arena, arena + arena_bytes / 2}, arena_bytes / 2, {0, 0}, {0, 0}};
     if (a.arena_bytes < 2 * 4 * align64((size_t)(s->n * s->c * s->hw) * 4)) continue;
     if (sbn_team_run(2, sync_rank, &a) != SBN_STATUS_OK) return 1;
     const double mib = (double)(s->n * s->c * s->hw) * 4 / (1 << 20);
-    printf("%-16s %9.2f %11.3f %11.3f %8.1f%%\n", s->label, mib, a.ms[0], a.ms[1], 100 * (a.ms[1] / a.ms[0] - 1));
-    fprintf(scsv, "%s,%.3f,%.4f,%.4f,%.4f\n", s->label, mib, a.ms[0], a.ms[1], a.ms[1] / a.ms[0] - 1);
+    printf("%-16s %9.2f %11.3f %11.3f %8.1f%% %13.3f %8.1f%%\n", s->label, mib, a.ms[0], a.ms[1],
+           100 * (a.ms[1] / a.ms[0] - 1), a.own[0], 100 * (a.ms[1] / a.own[0] - 1));
+    fprintf(scsv, "%s,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f\n", s->label, mib, a.ms[0], a.ms[1], a.ms[1] / a.ms[0] - 1,
+            a.own[0], a.ms[1] / a.own[0] - 1);
   }
   fclose(scsv);
   sbn_set_num_threads(opt.threads);
