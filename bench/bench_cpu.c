@@ -415,7 +415,7 @@ static int sync_rank(sbn_group *world, void *argp) {
       /* Each synced block against the plain block just before it: the
        * host's memory speed moves from minute to minute, so neighbours
        * compare better than the medians of all samples. */
-      if (round >= 0 && mode == 1 && nt[0] > start[0] && nt[1] > start[1] && nr < 64)
+      if (round >= 0 && mode == 1 && nt[0] > start[0] && nt[1] > start[1] && nr < (int)(sizeof ratio / sizeof *ratio))
         ratio[nr++] = median(t[1] + start[1], nt[1] - start[1]) / median(t[0] + start[0], nt[0] - start[0]);
       if (round < 0 && mode == 1) { /* after the warm-up: blocks of about opt.time_s / 4 */
         m = 0.25 * opt.time_s / (spent / m);
@@ -423,10 +423,11 @@ static int sync_rank(sbn_group *world, void *argp) {
         sbn_group_broadcast(world, &m, sizeof m, 0);
       }
     }
-  if (rank == 0)
+  if (rank == 0) {
     for (int mode = 0; mode < 2; mode++)
       a->ms[mode] = 1e3 * median(t[mode], nt[mode]), a->own[mode] = 1e3 * median(t[2 + mode], nt[mode]);
-  if (rank == 0) a->paired = nr ? median(ratio, nr) : 0;
+    a->paired = nr ? median(ratio, nr) : 0;
+  }
   free(t);
   sbn_bn_destroy(bn[0]), sbn_bn_destroy(bn[1]);
   return 0;
