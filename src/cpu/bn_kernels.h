@@ -80,9 +80,9 @@ int sbn_cpu_set_isa(int isa);
 
 /* Channels-first reductions of small maps read image by image once a unit
  * would read at least this many streams (N x tensors), channel by channel
- * below (and always in the generic and avx2 levels); the sums' bits are the
- * same either way. A test hook (default 64; 0 restores it): tests/cpu
- * compare the two orders bit for bit. */
+ * below; the sums' bits are the same either way. A test hook (default 1:
+ * always image by image; 0 restores it): tests/cpu compare the two orders
+ * bit for bit. */
 void sbn_cpu_set_cf_streams(int streams);
 /* Test hook: 0 reads the larger maps' channels-first reductions channel by
  * channel too (the order before cf_major), else image by image (the default). */

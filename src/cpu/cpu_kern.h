@@ -5,7 +5,9 @@
  *  - Reductions: unit u = (channel u / nck, chunk u % nck) over all N
  *    images: its sums run through the N row pieces in order, with vector
  *    accumulators kept across them, and land in part[2u], part[2u+1].
- *    No per-row partials: a 7x7 map is 49 values, too few to fold.
+ *    Small maps (a piece under 1 KiB) fold each piece's sums alone and add
+ *    them in image order, so a unit's state is two doubles and the units
+ *    of a hand-out can be read image by image (kern_body.inc).
  *  - Elementwise: unit u = (row u / nck of the N*C rows, chunk u % nck),
  *    in memory order.
  * Channels-last, or S == 1 (the same memory order: rows of C channels):
@@ -55,8 +57,8 @@ typedef struct sbn_kargs {
                                this many streams (N x tensors read) */
   int cf_major;             /* channels-first reductions of maps of 1 KiB and more: image by
                                image, a hand-out's channels in memory order (bn_kernels.c) */
-  int pf_l1;                /* reductions: the lines wanted a few units later prefetched into
-                               L1, not L2 (the rows layout's next unit, small maps' pieces) */
+  int pf_l1;                /* rows layout's reductions: the next unit's lines prefetched into
+                               L1, not L2 */
   int rl_quads;             /* rows layout's reductions: four rows at a time across the unit
                                (kern_rows.inc K(stats_quads)), not column sweeps */
 } sbn_kargs;
