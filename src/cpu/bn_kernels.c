@@ -169,7 +169,9 @@ int sbn_cpu_has_avx2(void) {
 }
 
 int sbn_cpu_has_avx512(void) {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(SBN_AVX512_EMU) /* tests only: the AVX-512 levels emulated (avx512_emu.h) */
+  return sbn_cpu_has_avx2();
+#elif defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init(); /* the builtin also checks that the OS saves the zmm state */
   return sbn_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -179,7 +181,9 @@ int sbn_cpu_has_avx512(void) {
 }
 
 int sbn_cpu_has_avx512bf16(void) {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(SBN_AVX512_EMU)
+  return sbn_cpu_has_avx512();
+#elif defined(__x86_64__) || defined(__i386__)
   return sbn_cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
 #else
   return 0;

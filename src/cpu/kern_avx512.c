@@ -8,7 +8,9 @@
  * here they keep the even/odd path (narrowing 16 floats in natural order
  * as integers needs a vpmovdw shuffle; not tried). */
 #if defined(__x86_64__) || defined(__i386__)
-#if !defined(__clang__) /* clang: mk/cpu.mk passes the flags */
+#if defined(SBN_AVX512_EMU) /* tests only: emulated on AVX2 (avx512_emu.h) */
+#pragma GCC target("avx2,fma,f16c")
+#elif !defined(__clang__) /* clang: mk/cpu.mk passes the flags */
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
 #endif
 #define SBN_VEC_F16C 1

@@ -5,7 +5,9 @@
  * A level of its own in the table (bn_kernels.c), chosen only where CPUID
  * reports AVX512_BF16. */
 #if defined(__x86_64__) || defined(__i386__)
-#if !defined(__clang__) /* clang: mk/cpu.mk passes the flags */
+#if defined(SBN_AVX512_EMU) /* tests only: emulated on AVX2 (avx512_emu.h) */
+#pragma GCC target("avx2,fma,f16c")
+#elif !defined(__clang__) /* clang: mk/cpu.mk passes the flags */
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
 #endif
 #define SBN_VEC_F16C 1

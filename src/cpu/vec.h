@@ -17,6 +17,9 @@
 #ifdef SBN_VEC_F16C
 #include <immintrin.h>
 #endif
+#if defined(SBN_AVX512_EMU) && defined(SBN_VEC_AVX512)
+#include "avx512_emu.h" /* tests only: the AVX-512 levels on an AVX2 CPU */
+#endif
 
 typedef double vd4 __attribute__((vector_size(32)));
 typedef float vf4 __attribute__((vector_size(16)));

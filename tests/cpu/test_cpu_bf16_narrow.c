@@ -12,8 +12,15 @@
 #include "../testutil.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-/* Only the function below runs AVX-512 code, after the CPU check. */
-#if defined(__clang__)
+/* Only the function below runs AVX-512 code, after the CPU check. In the
+ * emulated build (SBN_AVX512_EMU, src/cpu/avx512_emu.h) it is AVX2 code and
+ * checks the emulation's rounding. */
+#if defined(SBN_AVX512_EMU) && defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(SBN_AVX512_EMU)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#elif defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))), \
                              apply_to = function)
 #else
