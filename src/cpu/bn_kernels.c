@@ -29,7 +29,6 @@ enum {
   GRAB_ROWS = 1 << 20, /* ... and for the rows layout's reductions (see grain) */
   RL_ROUND = 16,     /* rows layout's reductions: units a thread takes per round, at least */
   PAR_MIN = 32768,   /* below this many values one thread is faster */
-  EW_ROWS_MIN_C = 1024, /* see ew_rows */
   CF_MAJOR_BYTES = 1024, /* channels-first reductions image by image from maps this large ... */
   CF_MAJOR_GRAIN = 16    /* ... channels a hand-out (see cf_major) */
 };
@@ -80,7 +79,7 @@ static int64_t rl_group(int64_t nrb) {
 /* Channels per unit of the rows layout's elementwise passes: whole rows,
  * but rows of 2 x EW_CB channels or more whose outputs are streamed go in
  * blocks of EW_CB, whose coefficients stay in L1 while the block's rows
- * pass (streamed rows take one row a step: ew_rows). Measured (AMD EPYC,
+ * pass. Measured (AMD EPYC,
  * 2 threads, out of cache, builds alternating, BENCHMARKS.md): normalize
  * 1.07-1.20x faster at 16x2048x7x7, 32x2048x7x7 and 1024x2048 (float32
  * 32x2048x7x7 0.666 -> 0.573 ms), backward elementwise 0.98-1.11x;
@@ -112,10 +111,10 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
   k->rows = g.n * g.s;
   k->cb = g.c <= MAX_CB ? g.c : MAX_CB;
   k->ncb = (g.c + k->cb - 1) / k->cb;
-  if (kind == PASS_ELEMWISE) { /* whole rows, in steps of SBN_EW_ROWS (kern_rows.inc: why) */
-    const int64_t cb = ew_cb(g), rb = UNIT / cb / SBN_EW_ROWS * SBN_EW_ROWS;
+  if (kind == PASS_ELEMWISE) { /* whole rows (kern_rows.inc: why) */
+    const int64_t cb = ew_cb(g), rb = UNIT / cb;
     k->cb = cb, k->ncb = (g.c + cb - 1) / cb;
-    k->rb = rb > SBN_EW_ROWS ? rb : SBN_EW_ROWS;
+    k->rb = rb > 1 ? rb : 1;
     if (per_unit) *per_unit = k->rb * k->cb;
     return (k->rows + k->rb - 1) / k->rb * k->ncb;
   }
@@ -272,19 +271,6 @@ static int use_stream(sbn_geom g) {
   const size_t es = dtype_bytes(g.dtype);
   if ((size_t)(g.n * g.c * g.s) * es < stream_min()) return 0;
   return rows_layout(g) || (size_t)g.s * es >= STREAM_ROW_MIN || g.s >= 8;
-}
-
-/* Rows a step of the rows layout's elementwise passes (kern_rows.inc):
- * SBN_EW_ROWS for rows of EW_ROWS_MIN_C channels or more whose outputs are
- * not streamed, else one. Measured (AMD EPYC, 2 threads, out of cache, 4
- * rows against 1, float32 / bfloat16): 8x2048x7x7 normalize 1.4-1.8x
- * faster, backward elementwise 1.0-1.5x; 256x1024 normalize 1.1-1.35x;
- * with streamed outputs (8x1024x14x14 float32) backward elementwise
- * 0.8-0.94x (four rows' streamed stores interleave); at C = 128-512 up
- * to 1.6x slower (four short rows make one stream that jumps back and
- * forth within a page). */
-static int ew_rows(sbn_geom g, int stream) {
-  return rows_layout(g) && g.c >= EW_ROWS_MIN_C && !stream ? SBN_EW_ROWS : 1;
 }
 
 /* Shorter channels-first rows go as one flat run of each hand-out's rows
@@ -536,7 +522,7 @@ void sbn_cpu_normalize(sbn_cpu_ws *ws, void *y, const void *x, sbn_geom g, const
   k.x = x, k.out = y, k.m = mean, k.a = scale, k.b = bias;
   k.f = coef_f32(ws, g, mean, scale, bias, NULL);
   k.fp = k.f ? k.f + 5 * g.c : NULL;
-  k.stream = use_stream(g), k.flat = use_flat(g), k.ew_rows = ew_rows(g, k.stream);
+  k.stream = use_stream(g), k.flat = use_flat(g);
   run(ws, &k, g, SBN_K_NORM, NULL, NULL);
 }
 
@@ -562,6 +548,6 @@ void sbn_cpu_backward_elemt(sbn_cpu_ws *ws, void *dx, const void *dy, const void
   k.x = x, k.dy = dy, k.out = dx, k.m = mean, k.a = a, k.b = b, k.cc = c;
   k.f = coef_f32(ws, g, mean, a, b, c);
   k.fp = k.f ? k.f + 5 * g.c : NULL;
-  k.stream = use_stream(g), k.flat = use_flat(g), k.ew_rows = ew_rows(g, k.stream);
+  k.stream = use_stream(g), k.flat = use_flat(g);
   run(ws, &k, g, SBN_K_BELT, NULL, NULL);
 }

@@ -23,8 +23,7 @@
  * rows, whoever runs it; the driver merges the groups' partials per channel
  * in group order (kern_rows.inc: how a unit adds).
  * Elementwise: whole rows (cb = C; wide streamed rows in blocks, bn_kernels.c
- * ew_cb), rb a multiple of SBN_EW_ROWS (the rows
- * a step of the kernels takes; kern_rows.inc).
+ * ew_cb).
  * Units depend only on the shape, never on the thread count. */
 #ifndef SBN_CPU_KERN_H
 #define SBN_CPU_KERN_H
@@ -32,7 +31,6 @@
 #include <math.h>
 #include <stdint.h>
 
-enum { SBN_EW_ROWS = 4 };
 enum { SBN_RL_QUAD_MAX_W = 1024 }; /* widest unit the quads order takes (kern_rows.inc) */
 
 typedef struct sbn_kargs {
@@ -51,7 +49,6 @@ typedef struct sbn_kargs {
   const float *f;           /* 16-bit elementwise: mean hi, mean lo, a, b, c (C each) */
   const float *fp;          /* the same with each whole block of 16 channels as even, odd */
   int stream;               /* elementwise: stream the output past the caches */
-  int ew_rows;              /* rows layout's elementwise passes: rows a step (1 or SBN_EW_ROWS) */
   int flat;                 /* channels-first elementwise: short rows as one flat stream */
   int cf_streams;           /* channels-first reductions of small maps: image by image from
                                this many streams (N x tensors read) */

@@ -10,9 +10,9 @@
  * odd positions with permuted channels-last coefficients, the 16-bit types'
  * 16-value zmm path (AVX-512; bfloat16 with AVX512_BF16), the 8-value path,
  * the scalar tails, streamed stores, short channels-first rows as one flat
- * stream, wide channels-last rows four at a time (C >= 1024: 2100 x 20
- * rows, and 1035 x 21 rows, whose last row goes alone and whose channels
- * end in an 8-value step and a scalar tail), wide streamed channels-last
+ * stream, wide channels-last rows (C >= 1024: 2100 x 20 rows, and 1035 x
+ * 21 rows, whose channels end in an 8-value step and a scalar tail; they
+ * once went four rows a step), wide streamed channels-last
  * rows in channel blocks (2100 x 1040 rows); in every instruction set this
  * CPU runs, with 1 and 2 threads. Inputs include NaN (quiet and signalling,
  * with payloads), infinities, zeros of both signs, subnormals, channels
