@@ -79,12 +79,11 @@ static int64_t rl_group(int64_t nrb) {
 /* Channels per unit of the rows layout's elementwise passes: whole rows,
  * but rows of 2 x EW_CB channels or more whose outputs are streamed go in
  * blocks of EW_CB, whose coefficients stay in L1 while the block's rows
- * pass. Measured (AMD EPYC,
- * 2 threads, out of cache, builds alternating, BENCHMARKS.md): normalize
- * 1.07-1.20x faster at 16x2048x7x7, 32x2048x7x7 and 1024x2048 (float32
- * 32x2048x7x7 0.666 -> 0.573 ms), backward elementwise 0.98-1.11x;
- * unstreamed rows (8x2048x7x7, four rows a step) were 7-20% slower in
- * blocks of 1024 or 512, and keep whole rows. */
+ * pass. Measured (AMD EPYC, 2 threads, out of cache, builds alternating,
+ * BENCHMARKS.md): normalize 1.07-1.20x faster at 16x2048x7x7, 32x2048x7x7
+ * and 1024x2048 (float32 32x2048x7x7 0.666 -> 0.573 ms), backward
+ * elementwise 0.98-1.11x. Unstreamed rows keep whole rows: in blocks of
+ * 1024, 8x2048x7x7 went 0.79-0.90x as fast (bench/ab_passes.sh). */
 #ifndef EW_CB
 #define EW_CB 1024
 #endif
