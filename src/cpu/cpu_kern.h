@@ -31,7 +31,7 @@
 #include <math.h>
 #include <stdint.h>
 
-enum { SBN_RL_QUAD_MAX_W = 1024 }; /* widest unit the quads order takes (kern_rows.inc) */
+enum { SBN_RL_QUAD_MAX_W = 2048 }; /* widest unit the quads order takes (kern_rows.inc) */
 
 typedef struct sbn_kargs {
   int64_t n, c, s;          /* batch, channels, spatial size */

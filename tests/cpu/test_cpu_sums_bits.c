@@ -126,7 +126,9 @@ int main(void) {
    * threads; 64 images of 13 values (image by image by default) and 40 of
    * 7x7, 70 channels (blocks of 64 and 6). Rows layout (the same shapes
    * channels-last, and 2-D): C = 39 = 2 x 16 + 4 + 3, 165 rows (20 steps
-   * of 8 + 5); C = 1100 = 368 + 368 + 364; C = 1023 in whole rows (63 x 16 +
+   * of 8 + 5); C = 1100 = 368 + 368 + 364 in column sweeps (whole rows in
+   * quads, up to 2048), C = 2100 = 1056 + 1044 in quads (sweeps: 5 blocks
+   * of 432 and the rest); C = 1023 in whole rows (63 x 16 +
    * 3 x 4 + 3); 2-D C = 6 = 4 + 2. Tall inputs, many row blocks and
    * chunks: 3 x 1100 x 411 (1233 rows of 3 channel blocks, the last row
    * block 17 rows; groups of 8 row blocks, the last of 7), 2-D 120000 x 16
@@ -140,7 +142,7 @@ int main(void) {
   static const int64_t shapes[][3] = {{3, 39, 55},    {8, 96, 49},    {2, 8, 20007},  {4, 1100, 12},
                                       {9001, 6, 1},   {3, 1100, 411}, {120000, 16, 1}, {64, 70, 13},
                                       {40, 70, 49},   {5, 1023, 9},   {3, 1024, 7},   {2, 2048, 11},
-                                      {5, 37, 1031}, {10, 300, 37}};
+                                      {5, 37, 1031}, {10, 300, 37},   {2, 2100, 9}};
   const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16, SBN_DTYPE_FLOAT64};
   for (int d = 0; d < 4; d++)
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
