@@ -58,8 +58,12 @@ static int rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST
  * 8x1040x14x14, 1.22-1.36x at 16x1536x14x14, float32 8x2048x7x7 1.09x /
  * 1.19x, 256x4096 (two blocks of 2048) 1.12-1.26x; 8x1024x14x14, unchanged,
  * 0.96-1.06x. Blocks of 1024 instead of 512 alone gained nothing. */
+/* Where the rows layout's reductions take quads by default: 16- and 32-bit
+ * storage below the AVX-512 levels (rl_quads below says which passes). */
+static int quads_level(sbn_geom g) { return g.dtype != SBN_DTYPE_FLOAT64 && sbn_cpu_get_isa() < SBN_CPU_ISA_AVX512; }
+
 static int64_t rl_reduce_cb(sbn_geom g) {
-  const int quads = g.dtype != SBN_DTYPE_FLOAT64 && sbn_cpu_get_isa() < SBN_CPU_ISA_AVX512;
+  const int quads = quads_level(g);
   const int64_t whole = quads ? SBN_RL_QUAD_MAX_W : 2 * MAX_CB, most = quads ? SBN_RL_QUAD_MAX_W : MAX_CB;
   if (g.c <= whole) return g.c;
   const int64_t nb = (g.c + most - 1) / most, cb = (g.c + nb - 1) / nb;
@@ -414,7 +418,7 @@ static int rl_quads(sbn_geom g, const sbn_kargs *k, int op) {
   if (!rows_layout(g) || g.dtype == SBN_DTYPE_FLOAT64 || k->cb > SBN_RL_QUAD_MAX_W) return 0;
   if (op != SBN_K_STATS && op != SBN_K_BRED) return 0;
   if (mode) return mode == 1;
-  if (sbn_cpu_get_isa() >= SBN_CPU_ISA_AVX512) return 0;
+  if (!quads_level(g)) return 0;
   return op == SBN_K_BRED || g.dtype != SBN_DTYPE_FLOAT32 || g.c * (int64_t)dtype_bytes(g.dtype) >= 4096;
 }
 
