@@ -135,6 +135,21 @@ static inline void ld8_bf16(const uint16_t *p, vd4 *lo, vd4 *hi) {
 static inline void ld8_f16(const uint16_t *p, vd4 *lo, vd4 *hi) { *lo = ld4_f16(p), *hi = ld4_f16(p + 4); }
 #endif
 
+/* 8 values in order as two vectors of 4 doubles (values 0-3, 4-7): the
+ * rows layout's quads, whose lanes are channels (kern_rows.inc). AVX2:
+ * one load; bfloat16 widened by two unpacks with zero. */
+#ifdef SBN_VEC_F16C
+static inline void ld8q_bf16(const uint16_t *p, vd4 *lo, vd4 *hi) {
+  const __m128i h = _mm_loadu_si128((const __m128i *)p), z = _mm_setzero_si128();
+  *lo = (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(z, h)));
+  *hi = (vd4)_mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(z, h)));
+}
+#else
+static inline void ld8q_bf16(const uint16_t *p, vd4 *lo, vd4 *hi) { *lo = ld4_bf16(p), *hi = ld4_bf16(p + 4); }
+#endif
+static inline void ld8q_f32(const float *p, vd4 *lo, vd4 *hi) { ld8_f32(p, lo, hi); }
+static inline void ld8q_f16(const uint16_t *p, vd4 *lo, vd4 *hi) { ld8_f16(p, lo, hi); }
+
 /* ---- 8 x float32: the elementwise passes of the 16-bit types ----
  * Their outputs keep 8 (bfloat16) or 11 (float16) bits, so float32
  * arithmetic (error ~1e-7 relative, with the mean split in hi + lo so that
