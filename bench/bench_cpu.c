@@ -14,7 +14,12 @@
  *     lowest efficiency (all shapes, and shapes above 8 MiB), and the
  *     ceiling: the speedup that efficiency 1.0 would give against the same
  *     PyTorch times (where PyTorch runs near the bandwidth, no kernel of
- *     ours can reach a speedup goal above it);
+ *     ours can reach a speedup goal above it), and the floor: the time the
+ *     3 + 5 passes take at what this machine gives, the reductions at the
+ *     read bandwidth or the float64 arithmetic's rate (bench_arith.h),
+ *     whichever is slower, the elementwise passes at the copy bandwidth;
+ *     "attain" is PyTorch's time over the floor, the most any
+ *     implementation of these passes could reach here;
  *  5. the fixed cost of a call on a tiny tensor, ours and PyTorch's;
  *  6. synchronization: 2 thread ranks with SyncBN against the same 2 ranks
  *     running plain BatchNorm, rounds of each interleaved;
@@ -43,6 +48,7 @@
 #include "../src/cpu/bn_kernels.h"
 #include "../src/cpu/cpu_kern.h"
 #include "../src/cpu/half.h"
+#include "bench_arith.h"
 #include "bench_machine.h"
 #include "syncbn.h"
 
@@ -229,6 +235,25 @@ static double of[MAX_SAMPLES], ob[MAX_SAMPLES], tf[MAX_SAMPLES], tbk[MAX_SAMPLES
 static double ceiling(const result *r, double bw) {
   const double bytes = (double)(r->s->n * r->s->c * r->s->hw) * (r->dt == SBN_DTYPE_FLOAT32 ? 4 : 2);
   return (r->torch_fwd_ms + r->torch_bwd_ms) * 1e-3 / (8 * bytes / (bw * 1e9));
+}
+
+/* The float64 arithmetic's rate, values/s, per dtype (float32, bfloat16)
+ * and reduction (statistics, backward reduce); 0: not measured. */
+static double ar_rate[2][2];
+
+/* Seconds of the forward + backward floor: each reduction at the read
+ * bandwidth or the arithmetic's rate, whichever is slower; the elementwise
+ * passes (2 tensors forward, 3 backward) at the copy bandwidth. */
+static double floor_s(const result *r, double bw, double rbw) {
+  const double vals = (double)(r->s->n * r->s->c * r->s->hw);
+  const int d = r->dt == SBN_DTYPE_FLOAT32 ? 0 : 1;
+  const double bytes = vals * (d ? 2 : 4), gb = 1e9;
+  const double st = fmax(bytes / (rbw * gb), ar_rate[d][0] > 0 ? vals / ar_rate[d][0] : 0);
+  const double br = fmax(2 * bytes / (rbw * gb), ar_rate[d][1] > 0 ? vals / ar_rate[d][1] : 0);
+  return st + br + 5 * bytes / (bw * gb);
+}
+static double attain(const result *r, double bw, double rbw) {
+  return (r->torch_fwd_ms + r->torch_bwd_ms) * 1e-3 / floor_s(r, bw, rbw);
 }
 
 static int time_config(result *res, char *arena, size_t arena_bytes, int use_torch) {
@@ -502,6 +527,18 @@ int main(int argc, char **argv) {
          "  and %.2f backward (the 'bound' column)\n",
          rbw, rr, bound_fwd(rr), bound_bwd(rr));
 
+  for (int d = 0; d < 2; d++)
+    for (int b = 0; b < 2; b++) ar_rate[d][b] = arith_rate(T, d, b);
+  if (ar_rate[0][0] > 0)
+    printf("float64 arithmetic of the reductions (widen, subtract, add, multiply, add; a plain loop on\n"
+           "  L1-resident values, %d thread(s), best of 5): statistics float32 %.2f, bfloat16 %.2f;\n"
+           "  backward reduce %.2f, %.2f G values/s; the read bandwidth delivers %.2f (float32) and %.2f\n"
+           "  (bfloat16) G values/s to the statistics, half that to the backward reduce\n",
+           T, ar_rate[0][0] / 1e9, ar_rate[1][0] / 1e9, ar_rate[0][1] / 1e9, ar_rate[1][1] / 1e9, rbw / 4, rbw / 2);
+  else
+    printf("float64 arithmetic of the reductions: not measured at this instruction-set level (the floor\n"
+           "  column counts the bandwidths only)\n");
+
   const int use_torch = opt.torch && peer_start(T) == 0;
   if (opt.torch && !use_torch) printf("PyTorch peer unavailable: speedups not reported\n");
   if (use_torch) printf("peer: %s, calls interleaved with ours in rounds\n", peer.banner + 1);
@@ -511,8 +548,9 @@ int main(int argc, char **argv) {
   static result res[20 * 4];
   int nres = 0;
   const sbn_dtype dts[2] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16};
-  printf("%-16s %-2s %-8s %8s %6s %5s | %8s %6s %5s | %8s %8s %5s %5s | %7s %7s\n", "shape", "ly", "dtype", "fwd ms",
-         "GB/s", "eff", "bwd ms", "GB/s", "eff", "torch fw", "torch bw", "t.eff", "t.eff", "speedup", "ceiling");
+  printf("%-16s %-2s %-8s %8s %6s %5s | %8s %6s %5s | %8s %8s %5s %5s | %7s %7s %6s\n", "shape", "ly", "dtype",
+         "fwd ms", "GB/s", "eff", "bwd ms", "GB/s", "eff", "torch fw", "torch bw", "t.eff", "t.eff", "speedup", "ceiling",
+         "attain");
   for (int d = 0; d < 2; d++) {
     fill(arena, arena_bytes, dts[d]);
     for (int i = 0; i < ns; i++)
@@ -526,9 +564,9 @@ int main(int argc, char **argv) {
         printf("%-16s %-2s %-8s %8.3f %6.2f %5.2f | %8.3f %6.2f %5.2f", r->s->label, layout_str(r->lay),
                dtype_str(r->dt), r->fwd_ms, gf, gf / bw0, r->bwd_ms, gb, gb / bw0);
         if (r->have_torch)
-          printf(" | %8.3f %8.3f %5.2f %5.2f | %7.2f %7.2f\n", r->torch_fwd_ms, r->torch_bwd_ms,
+          printf(" | %8.3f %8.3f %5.2f %5.2f | %7.2f %7.2f %6.2f\n", r->torch_fwd_ms, r->torch_bwd_ms,
                  3 * bytes / (r->torch_fwd_ms * 1e-3) / 1e9 / bw0, 5 * bytes / (r->torch_bwd_ms * 1e-3) / 1e9 / bw0,
-                 (r->torch_fwd_ms + r->torch_bwd_ms) / (r->fwd_ms + r->bwd_ms), ceiling(r, bw0));
+                 (r->torch_fwd_ms + r->torch_bwd_ms) / (r->fwd_ms + r->bwd_ms), ceiling(r, bw0), attain(r, bw0, rbw));
         else
           printf("\n");
         nres++;
@@ -543,15 +581,18 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/bench_cpu.csv", opt.out);
   FILE *csv = fopen(path, "w");
   if (!csv) return 1;
-  fprintf(csv, "shape,n,c,hw,layout,dtype,pass,passes,ms,gbps,efficiency,tensor_mib,torch_ms,torch_efficiency,speedup,ceiling\n");
+  fprintf(csv, "shape,n,c,hw,layout,dtype,pass,passes,ms,gbps,efficiency,tensor_mib,torch_ms,torch_efficiency,speedup,ceiling,attain\n");
   printf("\nsummary (speedup = PyTorch fwd+bwd time / ours; efficiency = GB/s at 3 or 5 passes / copy bandwidth;\n"
-         "ceiling = the speedup efficiency 1.0 would give, PyTorch's time / 8 passes at the copy bandwidth)\n");
-  printf("%-8s %-2s %8s %18s %18s %18s %14s %12s\n", "dtype", "ly", "geomean", "slowest speedup", "min eff fwd/bwd",
-         "  >8 MiB fwd/bwd", "ceiling gm/min", "bound f/b");
+         "ceiling = the speedup efficiency 1.0 would give, PyTorch's time / 8 passes at the copy bandwidth;\n"
+         "attain = PyTorch's time / the floor (reductions at the read bandwidth or the float64 arithmetic's\n"
+         "rate, elementwise passes at the copy bandwidth); of floor = the floor / our time)\n");
+  printf("%-8s %-2s %8s %18s %18s %18s %14s %12s %14s %14s\n", "dtype", "ly", "geomean", "slowest speedup",
+         "min eff fwd/bwd", "  >8 MiB fwd/bwd", "ceiling gm/min", "bound f/b", "attain gm/min", "of floor gm/min");
   for (int d = 0; d < 2; d++)
     for (int l = 0; l < 2; l++) {
       double lsum = 0, smin = INFINITY, ef = INFINITY, eb = INFINITY, ef8 = INFINITY, eb8 = INFINITY;
       double csum = 0, cmin = INFINITY; /* ceiling: geometric mean, lowest */
+      double asum = 0, amin = INFINITY, fsum = 0, fmn = INFINITY; /* attain; of floor */
       int nsp = 0;
       const char *slow = "";
       for (int i = 0; i < nres; i++) {
@@ -562,7 +603,9 @@ int main(int argc, char **argv) {
         const double sp = r->have_torch ? (r->torch_fwd_ms + r->torch_bwd_ms) / (r->fwd_ms + r->bwd_ms) : 0;
         if (sp > 0) {
           const double ce = ceiling(r, bw);
+          const double at = attain(r, bw, rbw);
           csum += log(ce), cmin = fmin(cmin, ce);
+          asum += log(at), amin = fmin(amin, at), fsum += log(sp / at), fmn = fmin(fmn, sp / at);
           lsum += log(sp), nsp++;
           if (sp < smin) smin = sp, slow = r->s->label;
         }
@@ -570,20 +613,24 @@ int main(int argc, char **argv) {
         if (bytes > 8.0 * (1 << 20)) ef8 = fmin(ef8, gf / bw), eb8 = fmin(eb8, gb / bw);
         for (int p = 0; p < 2; p++) {
           const double tms = p ? r->torch_bwd_ms : r->torch_fwd_ms;
-          fprintf(csv, "%s,%lld,%lld,%lld,%s,%s,%s,%d,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.3f,%.3f\n", r->s->label,
+          fprintf(csv, "%s,%lld,%lld,%lld,%s,%s,%s,%d,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.3f,%.3f,%.3f\n", r->s->label,
                   (long long)r->s->n, (long long)r->s->c, (long long)r->s->hw, layout_str(r->lay),
                   dtype_str(r->dt), p ? "backward" : "forward", p ? 5 : 3, p ? r->bwd_ms : r->fwd_ms, p ? gb : gf,
                   (p ? gb : gf) / bw, bytes / (1 << 20), tms,
-                  tms > 0 ? (p ? 5 : 3) * bytes / (tms * 1e-3) / 1e9 / bw : 0, sp, sp > 0 ? ceiling(r, bw) : 0);
+                  tms > 0 ? (p ? 5 : 3) * bytes / (tms * 1e-3) / 1e9 / bw : 0, sp, sp > 0 ? ceiling(r, bw) : 0,
+                  sp > 0 ? attain(r, bw, rbw) : 0);
         }
       }
       char sl[64] = "-", big[32] = "       -";
       if (nsp) snprintf(sl, sizeof sl, "%.2fx %s", smin, slow);
       if (ef8 < INFINITY) snprintf(big, sizeof big, "%8.2f / %-7.2f", ef8, eb8);
-      char ceil_s[32] = "-";
+      char ceil_s[32] = "-", att_s[32] = "-", of_s[32] = "-";
       if (nsp) snprintf(ceil_s, sizeof ceil_s, "%.2fx / %.2fx", exp(csum / nsp), cmin);
-      printf("%-8s %-2s %7.2fx %18s %8.2f / %-7.2f %s %14s %5.2f / %.2f\n", dtype_str(dts[d]), l ? "cl" : "cf",
-             nsp ? exp(lsum / nsp) : 0, sl, ef, eb, big, ceil_s, bound_fwd(rr), bound_bwd(rr));
+      if (nsp) snprintf(att_s, sizeof att_s, "%.2fx / %.2fx", exp(asum / nsp), amin);
+      if (nsp) snprintf(of_s, sizeof of_s, "%.2f / %.2f", exp(fsum / nsp), fmn);
+      printf("%-8s %-2s %7.2fx %18s %8.2f / %-7.2f %s %14s %5.2f / %.2f %14s %14s\n", dtype_str(dts[d]),
+             l ? "cl" : "cf", nsp ? exp(lsum / nsp) : 0, sl, ef, eb, big, ceil_s, bound_fwd(rr), bound_bwd(rr), att_s,
+             of_s);
     }
   fclose(csv);
 

@@ -6,7 +6,7 @@
 BENCH_ARGS ?=
 DEPS_BENCH := gnuplot-nox python3-torch
 
-$(BUILD)/bench/syncbn-bench: bench/bench_cpu.c bench/bench_machine.h $(SBN_STATIC)
+$(BUILD)/bench/syncbn-bench: bench/bench_cpu.c bench/bench_machine.h bench/bench_arith.h $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
 
