@@ -18,8 +18,9 @@
  *     3 + 5 passes take at what this machine gives, the reductions at the
  *     read bandwidth or the float64 arithmetic's rate (bench_arith.h),
  *     whichever is slower, the elementwise passes at the copy bandwidth;
- *     "attain" is PyTorch's time over the floor, the most any
- *     implementation of these passes could reach here;
+ *     "attain" is PyTorch's time over the floor, about the most any
+ *     implementation of these passes could reach here (a small tensor
+ *     that stays in the L3 between passes can beat its floor a little);
  *  5. the fixed cost of a call on a tiny tensor, ours and PyTorch's;
  *  6. synchronization: 2 thread ranks with SyncBN against the same 2 ranks
  *     running plain BatchNorm, rounds of each interleaved;
