@@ -1,21 +1,21 @@
 /* The float64 arithmetic floor of the reductions, for syncbn-bench's
- * "floor" column: how many values per second the least work the library's
- * numerics ask of a reduction gets through on this machine, with the data
- * already in L1. Per value, statistics: widen, subtract the shift, add,
- * square, add; backward reduce: widen two, subtract the mean, add,
- * multiply, add. (DESIGN: the CPU accumulates in float64.) A pass that
- * reads its values from memory faster than this is bound by the arithmetic,
- * not by the bandwidth: the case of 16-bit storage on cores of moderate
- * clock, where two bytes a value arrive faster than four 4-double vectors'
- * widening and arithmetic get through them.
+ * floor and "attain" columns: how many values per second the least work the
+ * library's numerics ask of a reduction (the CPU kernels accumulate in
+ * float64) gets through on this machine, with the data already in L1. Per
+ * value, statistics: widen, subtract the shift, add, square, add; backward
+ * reduce: widen two, subtract the mean, multiply, add both. Where this rate
+ * is below what the read bandwidth delivers, a reduction is bound by its
+ * arithmetic, not by memory. (On the AMD EPYC Zen 3 the kernels were
+ * developed on, the loop is faster than the reads, bfloat16 included.)
  *
  * The loop: AVX2, 4-double vectors, 16 values a step into 4 independent
  * pairs of sums (no dependency chain binds it), the cheapest widening
- * (bfloat16: one unpack per 4 values); each thread its own 8 KiB of values
- * (16 KiB for the backward reduce), many times over. The rate is the best
- * of 5 runs on the same threads as the passes: a floor for any loop doing
- * this work. Only measured where the kernels run at the AVX2 level (the
- * AVX-512 levels' 8-double vectors would need their own loop). */
+ * (bfloat16: one unpack per 4 values); each thread its own 4096 values
+ * (and as many gradients for the backward reduce), many times over. The
+ * rate is the best of 10 runs on the same threads as the passes, half of
+ * them with the additions on the multiply-add unit: a floor for any loop
+ * doing this work. Only measured where the kernels run at the AVX2 level
+ * (the AVX-512 levels' 8-double vectors would need their own loop). */
 #ifndef SBN_BENCH_ARITH_H
 #define SBN_BENCH_ARITH_H
 

@@ -532,7 +532,7 @@ int main(int argc, char **argv) {
     for (int b = 0; b < 2; b++) ar_rate[d][b] = arith_rate(T, d, b);
   if (ar_rate[0][0] > 0)
     printf("float64 arithmetic of the reductions (widen, subtract, add, multiply, add; a plain loop on\n"
-           "  L1-resident values, %d thread(s), best of 5): statistics float32 %.2f, bfloat16 %.2f;\n"
+           "  L1-resident values, %d thread(s), best of 10): statistics float32 %.2f, bfloat16 %.2f;\n"
            "  backward reduce %.2f, %.2f G values/s; the read bandwidth delivers %.2f (float32) and %.2f\n"
            "  (bfloat16) G values/s to the statistics, half that to the backward reduce\n",
            T, ar_rate[0][0] / 1e9, ar_rate[1][0] / 1e9, ar_rate[0][1] / 1e9, ar_rate[1][1] / 1e9, rbw / 4, rbw / 2);
