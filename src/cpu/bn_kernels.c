@@ -37,6 +37,10 @@ typedef enum pass_kind { PASS_REDUCE, PASS_ELEMWISE } pass_kind;
 
 static int rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST || g.s <= 1; }
 
+/* Where the rows layout's reductions take quads by default: 16- and 32-bit
+ * storage below the AVX-512 levels (rl_quads below says which passes). */
+static int quads_level(sbn_geom g) { return g.dtype != SBN_DTYPE_FLOAT64 && sbn_cpu_get_isa() < SBN_CPU_ISA_AVX512; }
+
 /* Channels per block of the rows layout's reductions. Whole rows up to
  * 2 x MAX_CB channels; wider rows in even blocks of at most MAX_CB (a
  * multiple of 16, so only the last block has a tail narrower than a register
@@ -58,10 +62,6 @@ static int rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST
  * 8x1040x14x14, 1.22-1.36x at 16x1536x14x14, float32 8x2048x7x7 1.09x /
  * 1.19x, 256x4096 (two blocks of 2048) 1.12-1.26x; 8x1024x14x14, unchanged,
  * 0.96-1.06x. Blocks of 1024 instead of 512 alone gained nothing. */
-/* Where the rows layout's reductions take quads by default: 16- and 32-bit
- * storage below the AVX-512 levels (rl_quads below says which passes). */
-static int quads_level(sbn_geom g) { return g.dtype != SBN_DTYPE_FLOAT64 && sbn_cpu_get_isa() < SBN_CPU_ISA_AVX512; }
-
 static int64_t rl_reduce_cb(sbn_geom g) {
   const int quads = quads_level(g);
   const int64_t whole = quads ? SBN_RL_QUAD_MAX_W : 2 * MAX_CB, most = quads ? SBN_RL_QUAD_MAX_W : MAX_CB;
