@@ -350,8 +350,9 @@ static inline double sum16(double *l) {
  * (a NaN stays a NaN; of two NaNs of different payloads, either may be the
  * one that survives). Why: AMD's Zen cores issue floating-point additions
  * to two of their four pipes, multiplies and multiply-adds to the other
- * two, and the reductions of 16-bit storage (a conversion, a subtraction, a
- * multiply and two additions per value) queued on the adding pipes.
+ * two. Which loops gain is measured loop by loop: below the AVX-512 levels
+ * only the channels-first float32 reductions use it now (kern_body.inc,
+ * CF_ADD); the 16-bit ones and the rows layout's ran faster plain.
  * SBN_CPU_PLAIN_ADD builds them as plain additions, to measure against. */
 #if defined(SBN_VEC_F16C) && !defined(SBN_CPU_PLAIN_ADD)
 static inline vd4 vd4_addm(vd4 s, vd4 d) { return (vd4)_mm256_fmadd_pd((__m256d)d, _mm256_set1_pd(1.0), (__m256d)s); }
