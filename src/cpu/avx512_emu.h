@@ -57,6 +57,12 @@ static inline __m512d emu_fmadd_pd(__m512d a, __m512d b, __m512d c) {
   return (__m512d)r;
 }
 static inline __m512d emu_fmsub_pd(__m512d a, __m512d b, __m512d c) { return emu_fmadd_pd(a, b, -c); }
+static inline __m512d emu_mask3_fmadd_pd(__m512d a, __m512d b, __m512d c, __mmask8 k) {
+  emu_d8 r = (emu_d8)c;
+  for (int l = 0; l < 8; l++)
+    if (k >> l & 1) r[l] = __builtin_fma(((emu_d8)a)[l], ((emu_d8)b)[l], ((emu_d8)c)[l]);
+  return (__m512d)r;
+}
 static inline __m512d emu_cvtps_pd(__m256 a) { return (__m512d)__builtin_convertvector((emu_f8)a, emu_d8); }
 
 /* 16 lanes as two halves of 8 */
@@ -158,6 +164,7 @@ static inline __m128i emu_mask_cvtepi32_epi16_8(__m128i src, __mmask8 k, __m256i
 #define _mm512_mask_add_pd emu_mask_add_pd
 #define _mm512_fmadd_pd emu_fmadd_pd
 #define _mm512_fmsub_pd emu_fmsub_pd
+#define _mm512_mask3_fmadd_pd emu_mask3_fmadd_pd
 #define _mm512_cvtps_pd emu_cvtps_pd
 #define _mm512_cvtph_ps emu_cvtph_ps
 #define _mm512_cvtps_ph(f, r) (EMU_ONLY_RNE(r), emu_cvtps_ph_rne(f))

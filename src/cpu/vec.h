@@ -4,9 +4,11 @@
  * vectors to SSE2 or scalars), by kern_avx2.c (compiled for AVX2: ymm
  * registers, F16C conversions) and by kern_avx512.c (the same, plus the
  * reductions' 8-double loads at the end of this file). Every lane does the
- * same IEEE operations in each, no product fused into an addition
- * (-ffp-contract=off; vd4_addm below adds on the multiply-add unit, with the
- * addition's rounding), so every instruction set gives the same bits. */
+ * same IEEE operations in each: no product fused into an addition by the
+ * compiler (-ffp-contract=off), only where the source asks (vd4_fma, the
+ * same rounding in every build); vd4_addm below adds on the multiply-add
+ * unit, with the addition's rounding. So every instruction set gives the
+ * same bits. */
 #ifndef SBN_CPU_VEC_H
 #define SBN_CPU_VEC_H
 
@@ -362,6 +364,18 @@ static inline vd4 vd4_addm(vd4 s, vd4 d) { return s + d; }
 static inline vd4 vd4_subm(vd4 x, vd4 k) { return x - k; }
 #endif
 
+/* a * b + c rounded once, lane by lane, in every build: the multiply-add
+ * instruction where the build has one, fma() elsewhere (the C library's:
+ * exact, slow where the CPU has no such instruction). */
+#ifdef SBN_VEC_F16C
+static inline vd4 vd4_fma(vd4 a, vd4 b, vd4 c) { return (vd4)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c); }
+#else
+static inline vd4 vd4_fma(vd4 a, vd4 b, vd4 c) {
+  return (vd4){__builtin_fma(a[0], b[0], c[0]), __builtin_fma(a[1], b[1], c[1]), __builtin_fma(a[2], b[2], c[2]),
+               __builtin_fma(a[3], b[3], c[3])};
+}
+#endif
+
 /* Two sums folded side by side: out[0] = ((s0 + s1) + (s2 + s3)) + ts,
  * out[1] the same of q and tq, each then added to what out holds (add != 0)
  * or stored. The same additions in the same order in every build; with AVX
@@ -403,6 +417,13 @@ static inline vd4 vd8_hi(vd8 v) { return (vd4)_mm512_extractf64x4_pd((__m512d)v,
 /* v + [a | 0] on the low half only (masked: the high lanes keep their bits). */
 static inline vd8 vd8_addlo(vd8 v, vd4 a) {
   return (vd8)_mm512_mask_add_pd((__m512d)v, 0x0f, (__m512d)v, _mm512_zextpd256_pd512((__m256d)a));
+}
+/* a * b + c rounded once, and the same on the low half only ([a | 0],
+ * [b | 0]: the high lanes of v keep their bits). */
+static inline vd8 vd8_fma(vd8 a, vd8 b, vd8 c) { return (vd8)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c); }
+static inline vd8 vd8_fmalo(vd8 v, vd4 a, vd4 b) {
+  return (vd8)_mm512_mask3_fmadd_pd(_mm512_zextpd256_pd512((__m256d)a), _mm512_zextpd256_pd512((__m256d)b),
+                                    (__m512d)v, 0x0f);
 }
 #ifndef SBN_CPU_PLAIN_ADD
 static inline vd8 vd8_addm(vd8 s, vd8 d) { return (vd8)_mm512_fmadd_pd((__m512d)d, _mm512_set1_pd(1.0), (__m512d)s); }
