@@ -193,7 +193,7 @@ SBN_API sbn_status sbn_nn_basic_block_create(sbn_module **out, int64_t inplanes,
  * SyncBatchNorm modules are left as they are). *out = module, except when
  * module itself is a BatchNorm: then *out is a NEW module and `module` is
  * left unchanged and still owned by the caller (as in PyTorch).
- * All or nothing: on failure the tree is unchanged. Refused (BAD_STATE)
+ * All or nothing: on failure the tree and *out are unchanged. Refused (BAD_STATE)
  * when the tree is wrapped (see sbn_module_set_wrapped), or when module is
  * itself a BatchNorm that has a parent (convert the parent instead).
  * Create layers and convert in the same order on every rank (the group

@@ -104,7 +104,8 @@ static int wrapped_below(const sbn_module *m) {
 static sbn_status transform(sbn_module **out, sbn_module *module, sbn_group *group, int to_sync, const char *call) {
   sbn_clear_error();
   if (!out || !module) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
-  *out = NULL;
+  /* *out is written only on success: callers pass the pointer they convert
+   * (sbn_nn_convert_sync_batchnorm(&net, net, g)), which a failure must keep. */
   if (sbn_module_is_wrapped(module) == 1 || wrapped_below(module))
     return sbn_fail(SBN_STATUS_BAD_STATE,
                     "%s: the model is already wrapped for data-parallel training; convert BatchNorm layers "
@@ -117,9 +118,12 @@ static sbn_status transform(sbn_module **out, sbn_module *module, sbn_group *gro
                       "%s: this %s is a child of a %s: convert its parent, which replaces it in place", call,
                       sbn_module_kind_name(module->kind), sbn_module_kind_name(module->parent->kind));
     sbn_module_kind k = to_sync ? SBN_MODULE_KIND_SYNC_BATCHNORM : sbn_nn_bn_revert_kind(module);
-    sbn_status st = rebuild(out, module, k, to_sync ? module->kind : k, to_sync ? group : NULL);
-    if (st == SBN_STATUS_OK) adopt_storage(*out, module);
-    return st;
+    sbn_module *repl = NULL;
+    sbn_status st = rebuild(&repl, module, k, to_sync ? module->kind : k, to_sync ? group : NULL);
+    if (st != SBN_STATUS_OK) return st;
+    adopt_storage(repl, module);
+    *out = repl;
+    return SBN_STATUS_OK;
   }
   slots S = {NULL, 0, 0};
   sbn_status st = collect(&S, module, match);

@@ -110,6 +110,11 @@ int main(void) {
   st = sbn_nn_revert_sync_batchnorm(&out, net);
   printf("revert after wrap -> %s: %s\n", sbn_status_name(st), sbn_last_error());
   bad |= st != SBN_STATUS_BAD_STATE;
+  /* The documented idiom converts in place (&net, net): a failure keeps the pointer. */
+  sbn_module *keep = net;
+  st = sbn_nn_convert_sync_batchnorm(&keep, keep, g);
+  printf("convert(&net, net) after wrap -> %s, pointer %s\n", sbn_status_name(st), keep == net ? "kept" : "LOST");
+  bad |= st != SBN_STATUS_BAD_STATE || keep != net;
   st = sbn_nn_convert_sync_batchnorm(&out, blk, g);
   printf("convert a subtree of a wrapped model -> %s: %s\n", sbn_status_name(st), sbn_last_error());
   bad |= st != SBN_STATUS_BAD_STATE || sbn_module_is_wrapped(blk) != 1;
