@@ -34,6 +34,7 @@ import os
 import weakref
 
 import torch
+import torch.fx
 import torch.distributed as dist
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -181,6 +182,7 @@ class _Layer:
         self.training = None  # the mode last set in the library
         self.cuda = device[0] == _lib.DEVICE_CUDA
         self.nbt_seen = None  # CUDA: (tensor, version) of the num_batches_tracked last pushed
+        self.nbt_count = None  # the layer's num_batches_tracked as last set or read
         self.current = None  # weak reference to the _Forward whose statistics the layer holds
         self.free_records = []  # _Records no forward holds any more, for reuse
         self.views = {}
@@ -318,8 +320,17 @@ def _push_nbt(layer, nbt):
     if layer.cuda and layer.nbt_seen is not None and layer.nbt_seen[0] is nbt and \
             layer.nbt_seen[1] == nbt._version:
         return
-    layer.check(_lib.lib.sbn_bn_set_num_batches_tracked(layer.handle, int(nbt)))
+    layer.nbt_count = int(nbt)
+    layer.check(_lib.lib.sbn_bn_set_num_batches_tracked(layer.handle, layer.nbt_count))
     layer.nbt_seen = (nbt, nbt._version)
+
+
+def _momentum_in_library(momentum):
+    """Does the library's running-statistics update take this momentum as it is?
+    It takes None (cumulative average) and [0, 1]; PyTorch applies its formula
+    to any number, so for others (and NaN) the layer runs with momentum 1 (its
+    running statistics become the batch's) and the module mixes them in."""
+    return momentum is None or 0.0 <= momentum <= 1.0
 
 
 def _as_torch_would(x, rm, rv, training, eps):
@@ -410,17 +421,27 @@ class _Function(torch.autograd.Function):
         if track and training:
             # Without num_batches_tracked, momentum None averages with factor 0
             # in PyTorch: the running statistics stay.
-            if nbt is not None or module.momentum is not None:
-                if rm is not None:
-                    rm.copy_(v[_lib.BN_TENSOR_RUNNING_MEAN])
-                if rv is not None:
-                    rv.copy_(v[_lib.BN_TENSOR_RUNNING_VAR])
+            momentum = module.momentum
+            if nbt is not None or momentum is not None:
+                for buf, tid in ((rm, _lib.BN_TENSOR_RUNNING_MEAN), (rv, _lib.BN_TENSOR_RUNNING_VAR)):
+                    if buf is None:
+                        continue
+                    if _momentum_in_library(momentum):
+                        buf.copy_(v[tid])
+                    else:  # the layer ran with momentum 1: its running state is this batch's
+                        buf.copy_(v[tid].double() * momentum + buf.double() * (1.0 - momentum))
             if nbt is not None:
+                before = layer.nbt_count
                 count = ctypes.c_int64()
                 layer.check(_lib.lib.sbn_bn_get_num_batches_tracked(layer.handle,
                                                                    ctypes.byref(count)))
+                if count.value == before:
+                    # Every rank's batch was empty: the library changes nothing, while
+                    # PyTorch's module counts every training call before normalizing.
+                    layer.check(_lib.lib.sbn_bn_set_num_batches_tracked(layer.handle, before + 1))
+                    count.value = before + 1
                 nbt.fill_(count.value)
-                layer.nbt_seen = (nbt, nbt._version)
+                layer.nbt_seen, layer.nbt_count = (nbt, nbt._version), count.value
         elif training and module.track_running_stats and nbt is not None:
             nbt.add_(1)  # running buffers set to None: PyTorch still counts the batch
         ctx.save_for_backward(x_in, weight, bias)
@@ -534,9 +555,17 @@ class SyncBatchNorm(_BatchNorm):
         return batch_stats, rm, rv
 
     def _layer(self, group, device, param_dtype, track):
-        """The library layer for this call; track: it uses running statistics."""
-        key = (id(group), self.eps, self.momentum, self.affine, track, device, param_dtype)
-        layer = self._layers.get(key)
+        """The library layer for this call; track: it uses running statistics.
+        One layer per kind of call; a new eps or momentum (a momentum schedule,
+        swa_utils.update_bn) replaces that kind's layer instead of adding one
+        (a backward still pending keeps the old one alive through its graph).
+        Momentum only matters in training: evaluation layers ignore it."""
+        momentum = self.momentum if self.training else 0.0
+        if not _momentum_in_library(momentum):
+            momentum = 1.0  # see _momentum_in_library
+        key = (id(group), self.training, self.affine, track, device, param_dtype)
+        entry = self._layers.get(key)
+        layer = entry[2] if entry is not None and entry[:2] == (self.eps, momentum) else None
         if layer is None:
             # The library gives each layer made on a group an ordinal, checked in
             # every collective: layers are made on first use, in forward order,
@@ -547,9 +576,9 @@ class SyncBatchNorm(_BatchNorm):
             # torch.inference_mode (a first call in a validation pass) they would
             # be inference tensors, which later training calls may not write.
             with torch.inference_mode(False):
-                layer = _Layer(self.num_features, self.eps, self.momentum, self.affine,
+                layer = _Layer(self.num_features, self.eps, momentum, self.affine,
                                track, group, device, param_dtype)
-            self._layers[key] = layer
+            self._layers[key] = (self.eps, momentum, layer)
         return layer
 
     def _check_devices(self, input):
@@ -574,7 +603,9 @@ class SyncBatchNorm(_BatchNorm):
         calls: plain BatchNorm with the running statistics, or each rank's own
         batch without them, as F.batch_norm computes it (the library's values
         to float32 rounding). A training forward is synchronized: under
-        torch.jit.trace it raises; torch.compile runs it eagerly."""
+        torch.jit.trace it raises; torch.compile runs it eagerly. Also
+        evaluation with running statistics and eps < 0, which the library
+        refuses and PyTorch computes."""
         batch_stats, rm, rv = self._running()
         return torch.nn.functional.batch_norm(input, rm, rv, self.weight, self.bias, batch_stats,
                                               0.0, self.eps)
@@ -588,7 +619,10 @@ class SyncBatchNorm(_BatchNorm):
                                    "(torch.jit.trace, torch.onnx.export): its work runs in libsyncbn. "
                                    "Trace the model in eval mode, or call "
                                    "syncbn.torch.revert_sync_batchnorm(model) first")
-        return self._library_forward(input)
+        if isinstance(input, torch.fx.Proxy) and input.tracer.root is self:
+            raise RuntimeError("syncbn.torch.SyncBatchNorm cannot be the root of torch.fx.symbolic_trace "
+                               "(nor can torch.nn.SyncBatchNorm): trace a model that contains it")
+        return _sync_batch_norm(self, input)
 
     @_not_traced
     def _library_forward(self, input):
@@ -623,9 +657,28 @@ class SyncBatchNorm(_BatchNorm):
                 nbt.add_(1)
             return torch.nn.functional.batch_norm(input, rm, rv, self.weight, self.bias, batch_stats,
                                                   0.0, self.eps)
+        if not batch_stats and not self.eps >= 0:
+            # Evaluation with running statistics does not communicate; the library
+            # refuses eps < 0, PyTorch normalizes with rv + eps.
+            return self._plain_eval(input)
+        state_dtype = self._state_dtype(input)
+        if state_dtype in (torch.bfloat16, torch.float16) and input.dtype != state_dtype:
+            raise SyncBNError(_lib.STATUS_INVALID_ARGUMENT,
+                              "syncbn.torch.SyncBatchNorm: the input is %s but the module's parameters "
+                              "and buffers are %s; a 16-bit module takes inputs of its own dtype "
+                              "(convert the input, or the module with module.float())"
+                              % (input.dtype, state_dtype))
+        weight, bias = self.weight, self.bias
+        if self.affine and (weight is None or bias is None):
+            # Set to None after construction: F.batch_norm scales by 1, shifts by 0.
+            like = dict(dtype=state_dtype, device=input.device)
+            if weight is None:
+                weight = torch.ones(self.num_features, **like)
+            if bias is None:
+                bias = torch.zeros(self.num_features, **like)
         layer = self._layer(group, device, self._param_dtype(input), rm is not None or rv is not None)
         try:
-            return _Function.apply(input, self.weight, self.bias, self, layer, (rm, rv))
+            return _Function.apply(input, weight, bias, self, layer, (rm, rv))
         except SyncBNError as e:
             if "param_dtype" in e.detail:  # the library's advice is for C callers
                 raise type(e)(e.code, "syncbn.torch.SyncBatchNorm: the input is %s but the module's "
@@ -640,6 +693,17 @@ class SyncBatchNorm(_BatchNorm):
     @classmethod
     def convert_sync_batchnorm(cls, module, process_group=None):
         return convert_sync_batchnorm(module, process_group)
+
+
+def _sync_batch_norm(module, input):
+    """A training or eval forward of `module`. torch.fx records it as one call
+    (torch.fx.wrap below), as it records torch.nn.SyncBatchNorm as a leaf
+    module: symbolic_trace of a converted model (torchvision's feature
+    extractors, FX passes) does not try to trace into the library's calls."""
+    return module._library_forward(input)
+
+
+torch.fx.wrap("_sync_batch_norm")
 
 
 class BatchNormXd(_BatchNorm):

@@ -246,12 +246,21 @@ def misuse(rank, P):
         res["after"] = "ok"
     except syncbn.SyncBNError as e:
         res["after"] = str(e)
-    try:  # every rank empty: success, nothing observed
+    try:  # every rank empty: success, running statistics kept; the batch counted, as
+        # torch.nn.SyncBatchNorm.forward counts every training call (nbt 1 -> 2), so
+        # that momentum None then averages the next batch with factor 1/3, as PyTorch's
         x = torch.randn(0, 4, 2, requires_grad=True)
         rm = m.running_mean.clone()
         m(x).sum().backward()
-        res["all_empty"] = "ok" if torch.equal(rm, m.running_mean) and int(m.num_batches_tracked) == 1 \
-            else "state changed: nbt %d" % int(m.num_batches_tracked)
+        kept, nbt = torch.equal(rm, m.running_mean), int(m.num_batches_tracked)
+        m.momentum = None
+        batches = [torch.randn(4, 4, 2, dtype=torch.float64,
+                               generator=torch.Generator().manual_seed(900 + r)) * 2 + r for r in range(P)]
+        ref = rm.double() * (2 / 3) + torch.cat(batches).mean((0, 2)) / 3
+        m(batches[rank].float())
+        err = (m.running_mean.double() - ref).abs().max().item()
+        res["all_empty"] = "ok" if kept and nbt == 2 and err < 1e-6 else \
+            "running stats kept %s, nbt %d after the empty step, then momentum None mean err %.2e" % (kept, nbt, err)
     except syncbn.SyncBNError as e:
         res["all_empty"] = str(e)
     return res
@@ -404,7 +413,7 @@ def run(P):
            mm[P - 1]["dtype"][0] == "SBN_STATUS_INVALID_ARGUMENT" and "float64" in mm[P - 1]["dtype"][1] and
            "float32" in mm[P - 1]["dtype"][1] and all(m["dtype"][0] == "SBN_STATUS_PEER_FAILED" for m in mm[:-1]))
     expect("  the group works afterwards", all(m["after"] == "ok" for m in mm), str([m["after"] for m in mm]))
-    expect("  every rank empty: success, running stats and num_batches_tracked untouched",
+    expect("  every rank empty: success, running stats kept, the batch counted (as PyTorch's)",
            all(m["all_empty"] == "ok" for m in mm), str([m["all_empty"] for m in mm]))
 
     print("one module on two batches before its backward (two views), per-rank N = %s and %s:"

@@ -8,6 +8,7 @@ import copy
 import os
 
 import torch
+import torch.fx
 import torch.nn as nn
 
 import syncbn
@@ -460,7 +461,7 @@ def errors():
     for step in range(3):
         y = mr(x2 + step)
         y.backward(dy)
-    layers = list(mr._layers.values())
+    layers = [entry[-1] for entry in mr._layers.values()]
     expect("a backward after each forward: no record made",
            all(not la.free_records and la.current().record is None for la in layers), str(len(layers)))
     # Unsupported input dtype: the library's error, naming torch's dtype.
@@ -764,6 +765,98 @@ def changed_buffers():
     expect("eval with running_var None: PyTorch's error", msgs[0] == msgs[1], " / ".join(msgs))
 
 
+def pytorch_edges():
+    """What PyTorch's BatchNorm accepts and a user may try: weight or bias set
+    to None, momentum outside [0, 1] (PyTorch applies its formula), a momentum
+    schedule (one library layer, not one per value), eps < 0 in eval, a 16-bit
+    module given float32 input (PyTorch refuses), torch.fx.symbolic_trace."""
+    print("PyTorch's edges (float64 modules against nn.BatchNorm2d):")
+    g = torch.Generator().manual_seed(11)
+    xs = [torch.randn(4, 3, 5, 5, generator=g, dtype=torch.float64) * 2 + 1 for _ in range(3)]
+
+    def pair(**kw):
+        ref = nn.BatchNorm2d(3, **kw).double()
+        with torch.no_grad():
+            ref.weight.uniform_(0.5, 1.5, generator=g), ref.bias.uniform_(-1, 1, generator=g)
+        ours = sbn.SyncBatchNorm(3, **kw).double()
+        ours.load_state_dict(ref.state_dict())
+        return ours, ref
+
+    for what in ("weight", "bias"):
+        ours, ref = pair()
+        for m in (ours, ref):
+            setattr(m, what, None)
+        err = 0.0
+        for x in xs:
+            a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+            ya, yb = ours(a), ref(b)
+            (ya * torch.arange(ya.numel(), dtype=ya.dtype).view_as(ya).sin()).sum().backward()
+            (yb * torch.arange(yb.numel(), dtype=yb.dtype).view_as(yb).sin()).sum().backward()
+            err = max(err, rel_err(ya, yb), rel_err(a.grad, b.grad))
+        check("%s set to None: y, dx vs nn.BatchNorm2d" % what, err, 1e-12)
+
+    for momentum in (-1.0, 1.5, -0.25):
+        ours, ref = pair(momentum=momentum)
+        for x in xs:
+            ours(x), ref(x)
+        ours.eval(), ref.eval()
+        err = max(rel_err(ours.running_mean, ref.running_mean), rel_err(ours.running_var, ref.running_var),
+                  rel_err(ours(xs[0]), ref(xs[0])))
+        check("momentum %g: running stats, eval y vs nn.BatchNorm2d" % momentum, err, 1e-12)
+
+    ours, ref = pair()
+    for x in xs[:2]:
+        ours(x), ref(x)
+    for m in (ours, ref):
+        m.eps = -0.5
+        m.eval()
+    check("eps -0.5 in eval (PyTorch computes it): y vs nn.BatchNorm2d", rel_err(ours(xs[2]), ref(xs[2])), 1e-12)
+
+    ours, ref = pair()
+    for step in range(40):  # a momentum schedule, as BN-momentum schedulers do
+        for m in (ours, ref):
+            m.momentum = 0.5 * 0.9 ** step
+        ours(xs[step % 3]), ref(xs[step % 3])
+    err = max(rel_err(ours.running_mean, ref.running_mean), rel_err(ours.running_var, ref.running_var))
+    check("momentum schedule, 40 values: running stats", err, 1e-12)
+    expect("momentum schedule: one library layer held, not one per value", len(ours._layers) == 1,
+           "%d layers" % len(ours._layers))
+
+    for dtype in (torch.bfloat16, torch.float16):
+        msgs = []
+        for m in (nn.BatchNorm2d(3).to(dtype), sbn.SyncBatchNorm(3).to(dtype)):
+            try:
+                m(torch.randn(2, 3, 2, 2))
+                msgs.append("no error")
+            except RuntimeError as e:
+                msgs.append(str(e).splitlines()[0])
+        expect("float32 input to a %s module: refused, as by PyTorch" % str(dtype)[6:],
+               msgs[1] != "no error" and "float32" in msgs[1] and str(dtype)[6:] in msgs[1], msgs[1])
+
+    torch.manual_seed(5)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 9, 6),
+                        nn.BatchNorm1d(6)).double()
+    twin = copy.deepcopy(net)
+    ours = sbn.convert_sync_batchnorm(net)
+    gm = torch.fx.symbolic_trace(ours)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and "sync_batch_norm" in str(n.target)]
+    expect("torch.fx.symbolic_trace of a converted model: one call per SyncBatchNorm", len(calls) == 2,
+           "%d calls" % len(calls))
+    err = 0.0
+    for x in xs:  # training through the GraphModule: the modules' running statistics move
+        err = max(err, rel_err(gm(x), twin(x)))
+    err = max(err, rel_err(ours[1].running_var, twin[1].running_var), rel_err(ours[5].running_mean,
+                                                                              twin[5].running_mean))
+    gm.eval(), twin.eval()
+    err = max(err, rel_err(gm(xs[0]), twin(xs[0])))
+    check("the traced model, 3 training steps + eval vs the BatchNorm model", err, 1e-12)
+    try:  # PyTorch's SyncBatchNorm cannot be traced alone either (its forward branches on the input)
+        torch.fx.symbolic_trace(sbn.SyncBatchNorm(3))
+        expect("torch.fx.symbolic_trace of a SyncBatchNorm alone: a clear error", False, "no error")
+    except RuntimeError as e:
+        expect("torch.fx.symbolic_trace of a SyncBatchNorm alone: a clear error", "root" in str(e), str(e))
+
+
 if __name__ == "__main__":
     if not os.environ.get("SYNCBN_NUM_THREADS"):
         torch.set_num_threads(2)
@@ -778,4 +871,5 @@ if __name__ == "__main__":
     empty_inputs()
     compiled()
     traced()
+    pytorch_edges()
     finish("syncbn.torch single-process")
