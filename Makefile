@@ -1,7 +1,9 @@
 # syncbn — plain GNU Make: the project is C with a handful of optional
 # backends detected by probing for their tools (mpicc, nvcc); no configure
-# step is needed and every target works from a fresh clone.
+# step is needed and every target works from a fresh clone (`make` itself
+# installs nothing: `make deps-build` first, or `make run` / `make test`).
 #
+#   make deps-build install the Debian packages the build needs (when missing)
 #   make            build the libraries, tools and tests into build/
 #   make test       install missing Debian packages, build, run the suite
 #   make run        install missing Debian packages, run the main job
@@ -118,6 +120,15 @@ $(BUILD)/tools/%: tools/%.c $(SBN_STATIC)
 
 deps-build:
 	@scripts/deps.sh $(DEPS_BUILD)
+
+# `make` and `make lib` do not install anything; on a fresh machine they say
+# what is missing and how to get it before the compiler fails on a header.
+ifneq ($(filter all lib,$(or $(MAKECMDGOALS),all)),)
+MISSING_BUILD_DEPS := $(shell scripts/deps.sh --check $(DEPS_BUILD))
+ifneq ($(MISSING_BUILD_DEPS),)
+$(warning missing Debian packages: $(MISSING_BUILD_DEPS). Run `make deps-build` to install them (`make run` and `make test` install what they need themselves))
+endif
+endif
 deps-test:
 	@scripts/deps.sh $(DEPS_TEST)
 

@@ -1,7 +1,10 @@
 /*
  * syncbn.h — synchronized batch normalization for data-parallel training.
  *
- * One public header. Everything is reached through opaque handles; every call
+ * The core header (layers, groups, thread ranks); syncbn_mpi.h, syncbn_nccl.h,
+ * syncbn_custom.h, syncbn_nn.h, syncbn_dp.h and syncbn_data.h add the other
+ * backends, modules, the data-parallel wrapper and datasets on top of it.
+ * Everything is reached through opaque handles; every call
  * returns an sbn_status; sbn_last_error() holds a per-thread message with the
  * detail of the most recent failure. The library never prints (unless the
  * environment sets SYNCBN_DEBUG=1) and never exits or aborts on a user error.
@@ -147,8 +150,8 @@ SBN_API int64_t sbn_tensor_numel(const sbn_tensor *t);
 
 /* A group of ranks that synchronize. Each rank holds its own handle.
  * Backends: "threads" (this header), "mpi" (syncbn_mpi.h, libsyncbn_mpi),
- * "custom" (syncbn_custom.h). The layer never depends on which one a group
- * uses. */
+ * "nccl" (syncbn_nccl.h, libsyncbn_nccl), "custom" (syncbn_custom.h). The
+ * layer never depends on which one a group uses. */
 typedef struct sbn_group sbn_group;
 
 /* --- in-process backend: a team of `size` thread ranks --- */
@@ -175,7 +178,7 @@ SBN_API sbn_status sbn_team_run(int size, sbn_rank_fn fn, void *arg);
 /* --- queries --- */
 SBN_API int sbn_group_rank(const sbn_group *group); /* -1 for NULL */
 SBN_API int sbn_group_size(const sbn_group *group); /* 0 for NULL */
-/* Backend name ("threads", "mpi", "nccl") and a descriptive group name used in
+/* Backend name ("threads", "mpi", "nccl", "custom") and a descriptive group name used in
  * error messages ("world", "world/split(color=1)", "world/ranks{0,1}"). */
 SBN_API const char *sbn_group_backend(const sbn_group *group);
 SBN_API const char *sbn_group_name(const sbn_group *group);
@@ -428,13 +431,16 @@ SBN_API sbn_status sbn_cuda_device_count(int *count);
 
 /* Storage: layer inputs and outputs (x, y, dy, dx) may be FLOAT32, BFLOAT16
  * or FLOAT16 (all four of one call the same dtype); parameters, gradients
- * and running statistics stay float32 and all arithmetic is float64, so a
- * 16-bit tensor costs only its storage rounding (y and dx are rounded once,
- * to nearest even, from float64 through float32). A layer created with
+ * and running statistics stay float32. The reductions accumulate in float64;
+ * the elementwise passes compute in float64 for float32 storage and in
+ * float32 for 16-bit storage, with the mean split in two float32 halves so
+ * that x - mean stays exact (an error far below the 16-bit rounding of y and
+ * dx, which are rounded once, to nearest even). A layer created with
  * param_dtype FLOAT64 keeps its state in float64 and takes FLOAT64 inputs
  * and outputs, computed in float64 throughout (PyTorch's model.double()).
  *
- * Threads: each rank runs the CPU kernels on T threads (OpenMP). Results are
+ * Threads: each rank runs the CPU kernels on T threads (the library's own
+ * pool, created on the first call that needs it). Results are
  * bitwise identical for every T (fixed work units, partial sums merged in a
  * fixed order), so T only changes speed. T is, in order of precedence:
  *   sbn_set_num_threads(T) with T >= 1 (process-wide);
@@ -446,9 +452,10 @@ SBN_API sbn_status sbn_cuda_device_count(int *count);
  *   threads together do not oversubscribe the cores.
  * Tensors under 65536 values run on one thread.
  *
- * SYNCBN_CPU_ISA=generic|avx2|avx512 forces those kernels (default: AVX-512
- * when the CPU has F, BW, VL and DQ, else AVX2 when it has AVX2 and FMA); all
- * give the same bits. A level the CPU lacks (or an unknown name): the best,
+ * SYNCBN_CPU_ISA=generic|avx2|avx512|avx512bf16 forces those kernels
+ * (default: avx512bf16 when the CPU also has AVX512_BF16, else avx512 when it
+ * has AVX-512 F, BW, VL and DQ, else avx2 when it has AVX2 and FMA);
+ * all give the same bits. A level the CPU lacks (or an unknown name): the best,
  * with a note on stderr when SYNCBN_DEBUG=1. */
 
 /* T >= 1: threads per rank from now on; 0: back to the default; < 0:

@@ -39,10 +39,11 @@
  *  - broadcast: copy `bytes` bytes at `buf` from group rank `root` to all.
  *  - barrier: optional (NULL: the signature reduction that starts every
  *    collective already waits for every rank).
- *  - device/stream: today every buffer is host memory (device.type ==
- *    SBN_DEVICE_CPU, stream == NULL). A library built with CUDA will pass
- *    device buffers with the CUDA stream the layer runs on (a cudaStream_t),
- *    and expects the collective to be ordered on that stream.
+ *  - device/stream: every buffer is host memory (device.type ==
+ *    SBN_DEVICE_CPU, stream == NULL), also for CUDA layers, whose O(C)
+ *    statistics are staged through the host. The parameters are there so
+ *    that a later version can pass device buffers without changing the
+ *    callbacks' signature; until SBN_CUSTOM_OPS_VERSION says so, ignore them.
  *  - split (optional): MPI-style split of the engine's communicator. Return
  *    0 with *new_ctx, *new_rank, *new_size for color >= 0; for
  *    color == SBN_UNDEFINED return 0 and set *new_ctx = NULL. Without it,

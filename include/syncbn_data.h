@@ -1,8 +1,8 @@
 /*
  * syncbn_data.h — image datasets for the training program: CIFAR-10's binary
  * format, MNIST's IDX format, and a built-in synthetic dataset. Images are
- * float32, channels-first (C, H, W), normalized to roughly zero mean and unit
- * variance; labels are class indices.
+ * float32, channels-first (C, H, W); pixel bytes p become (p/255 - 0.5) * 4
+ * (about [-2, 2]); labels are class indices.
  */
 #ifndef SYNCBN_DATA_H
 #define SYNCBN_DATA_H

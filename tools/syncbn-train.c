@@ -47,17 +47,21 @@ static void usage(FILE *f) {
           "  --train-size N     synthetic training images (default 2048), --test-size N (1024)\n"
           "  --width W          channels of the first stage (default 16)\n"
           "  --seed S           seed for data, weights and shuffling (default 1)\n"
-          "  --checkpoint-dir D after every epoch write D/syncbn-train-MODE.safetensors (the\n"
-          "                     model: a PyTorch state dict) and ...MODE.resume.safetensors\n"
+          "  --checkpoint-dir D after every epoch write D/syncbn-train-MODE.safetensors (MODE:\n"
+          "                     syncbn or localbn; the model: a PyTorch state dict) and\n"
+          "                     ...MODE.resume.safetensors\n"
           "  --resume           continue from D's resume file, exactly where it stopped\n"
           "                     (refused if --ranks, --batch, --seed, --width or the data differ;\n"
           "                     none yet: start at epoch 1, unless D holds the model file)\n"
-          "  --out DIR          where train_log.csv and train_curves.png go (default build/run)\n"
+          "  --out DIR          where train_log.csv and train_curves.png go (default\n"
+          "                     build/run, under the current directory)\n"
           "  --stop-after K     stop after K steps as if interrupted (for tests)\n"
           "  --quiet            no per-epoch lines\n"
           "  --version, --help\n\n"
           "Ctrl-C (SIGINT) or SIGTERM stops after the current step, on every rank, and\n"
-          "writes a checkpoint (with --checkpoint-dir); --resume continues from it.\n");
+          "writes a checkpoint (with --checkpoint-dir); --resume continues from it. A run\n"
+          "stopped so exits 0 and marks its rows \"(interrupted)\"; errors exit 1, a bad\n"
+          "command line 2.\n");
 }
 
 typedef struct run_ctx {

@@ -231,14 +231,17 @@ int sbn_cpu_get_isa(void) {
   if (s < 0) {
     const char *want = getenv("SYNCBN_CPU_ISA");
     s = sbn_cpu_isa_find(want);
-    if (!sbn_cpu_isa_supported(s)) { /* unset, unknown or unsupported: the best */
+    const int asked_for_missing = want && *want && !sbn_cpu_isa_supported(s);
+    if (!sbn_cpu_isa_supported(s)) /* unset, unknown or unsupported: the best */
       for (s = N_ISA - 1; s > 0 && !isas[s].supported(); s--) {
       }
-      if (want && *want && sbn_debug_enabled()) /* the library prints only when asked */
-        fprintf(stderr, "syncbn: SYNCBN_CPU_ISA=%s: %s; using %s\n", want,
-                sbn_cpu_isa_find(want) < 0 ? "unknown" : "not supported by this CPU", isas[s].name);
-    }
-    __atomic_store_n(&isa_sel, s, __ATOMIC_RELAXED);
+    /* Ranks' threads may choose at once: the one that publishes the choice
+     * says why (once per process), the others take what it published. */
+    int unset = -1;
+    if (!__atomic_compare_exchange_n(&isa_sel, &unset, s, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return unset;
+    if (asked_for_missing && sbn_debug_enabled()) /* the library prints only when asked */
+      fprintf(stderr, "syncbn: SYNCBN_CPU_ISA=%s: %s; using %s\n", want,
+              sbn_cpu_isa_find(want) < 0 ? "unknown" : "not supported by this CPU", isas[s].name);
   }
   return s;
 }

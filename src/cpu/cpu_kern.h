@@ -90,7 +90,7 @@ extern const sbn_ktable sbn_ktab_avx512bf16[SBN_KTAB_DTYPES];
 /* Run fn over units [0, n) on `threads` threads, handing out `grain`
  * units at a time to whichever thread is free (a preempted thread does not
  * hold up the others); then, if merge is not NULL, merge over [0, nm) split
- * evenly among the same threads (cpu_parallel.c, OpenMP). */
+ * evenly among the same threads (cpu_parallel.c, the library's own pool). */
 void sbn_cpu_parallel_for(int threads, int64_t n, int64_t grain, sbn_kfn fn, const sbn_kargs *k,
                           sbn_kfn merge, int64_t nm);
 
