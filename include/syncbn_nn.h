@@ -238,7 +238,10 @@ typedef struct sbn_nn_sgd_options {
 /* SGD over the parameters of `m` that require grad (at creation), with
  * PyTorch's exact rule: g = grad + wd*p; buf = g at the first step, then
  * momentum*buf + (1-dampening)*g; g = nesterov ? g + momentum*buf : buf;
- * p -= lr*g. Nesterov needs momentum > 0 and dampening 0. The optimizer
+ * p -= lr*g. lr, momentum and weight_decay must be finite and >= 0,
+ * dampening finite (SBN_STATUS_INVALID_ARGUMENT naming the field and its
+ * value otherwise; set_lr likewise keeps the old lr). Nesterov needs
+ * momentum > 0 and dampening 0. The optimizer
  * keeps pointers to the parameters' memory, which convert/revert preserve
  * (an optimizer created before convert_sync_batchnorm keeps training the
  * converted model, as in PyTorch); destroying the model invalidates it. */

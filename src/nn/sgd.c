@@ -1,6 +1,7 @@
 /* SGD with momentum, dampening, weight decay and Nesterov, with PyTorch's
  * update rule evaluated in float32 in PyTorch's order of operations
  * (torch/optim/sgd.py, _single_tensor_sgd). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +21,16 @@ sbn_status sbn_nn_sgd_create(sbn_nn_sgd **out, sbn_module *m, const sbn_nn_sgd_o
   sbn_clear_error();
   if (!out || !m || !o) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
   *out = NULL;
-  if (!(o->lr >= 0) || !(o->momentum >= 0) || !(o->weight_decay >= 0) || !(o->dampening == o->dampening))
-    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: lr, momentum and weight_decay must be >= 0", call);
+  const struct {
+    const char *name;
+    double v;
+    int nonneg;
+  } f[] = {{"lr", o->lr, 1}, {"momentum", o->momentum, 1}, {"dampening", o->dampening, 0},
+           {"weight_decay", o->weight_decay, 1}};
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+    if (!isfinite(f[i].v) || (f[i].nonneg && f[i].v < 0))
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: options->%s = %g: must be a finite number%s", call,
+                      f[i].name, f[i].v, f[i].nonneg ? " >= 0" : "");
   if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: Nesterov momentum requires a momentum and zero dampening",
                     call);
@@ -76,7 +85,10 @@ sbn_status sbn_nn_sgd_step(sbn_nn_sgd *s) {
 
 sbn_status sbn_nn_sgd_set_lr(sbn_nn_sgd *s, double lr) {
   sbn_clear_error();
-  if (!s || !(lr >= 0)) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_nn_sgd_set_lr: bad argument");
+  if (!s) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_nn_sgd_set_lr: optimizer is NULL");
+  if (!isfinite(lr) || lr < 0)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "sbn_nn_sgd_set_lr: lr = %g: must be a finite number >= 0 (the learning rate is unchanged)", lr);
   s->o.lr = lr;
   return SBN_STATUS_OK;
 }

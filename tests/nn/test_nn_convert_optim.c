@@ -8,7 +8,14 @@
  * be bitwise equal, and the BatchNorm parameters must have moved. Also for a
  * root that is itself a BatchNorm (convert returns a new module), and for
  * revert after convert. On 2 thread ranks (real SyncBatchNorm). Under
- * make check-asan a dangling optimizer pointer is a heap-use-after-free. */
+ * make check-asan a dangling optimizer pointer is a heap-use-after-free.
+ *
+ * Also the optimizer's argument checks: a negative or non-finite lr,
+ * momentum or weight_decay, a non-finite dampening, and set_lr with a NULL
+ * optimizer or a bad lr are refused with a message naming the field and
+ * its value, and a refused set_lr keeps the old learning rate. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,11 +141,77 @@ static int rank_main(sbn_group *world, void *arg) {
   return 0;
 }
 
+/* One refused call: INVALID_ARGUMENT and a message containing `needle`. */
+static int refused(const char *what, sbn_status st, const char *needle) {
+  const char *msg = sbn_last_error();
+  const int ok = st == SBN_STATUS_INVALID_ARGUMENT && strstr(msg, needle) != NULL;
+  printf("  %-4s %-34s -> %s: %s\n", ok ? "ok" : "FAIL", what, sbn_status_name(st), msg);
+  if (!ok) printf("       expected INVALID_ARGUMENT with \"%s\" in the message\n", needle);
+  return !ok;
+}
+
+static int sgd_arguments(void) {
+  int bad = 0;
+  sbn_module *net;
+  if (nn_build_net(&net, 3) != 0) return printf("  FAIL building the net\n"), 1;
+  const sbn_nn_sgd_options good = {0.1, 0.9, 0.0, 1e-4, 0};
+  const struct {
+    const char *what, *needle;
+    sbn_nn_sgd_options o;
+  } cases[] = {
+      {"lr = inf", "options->lr = inf: must be a finite number >= 0", {INFINITY, 0.9, 0, 0, 0}},
+      {"lr = nan", "options->lr = nan", {NAN, 0.9, 0, 0, 0}},
+      {"lr = -0.1", "options->lr = -0.1: must be", {-0.1, 0.9, 0, 0, 0}},
+      {"momentum = inf", "options->momentum = inf", {0.1, INFINITY, 0, 0, 0}},
+      {"momentum = -1", "options->momentum = -1", {0.1, -1, 0, 0, 0}},
+      {"weight_decay = inf", "options->weight_decay = inf", {0.1, 0.9, 0, INFINITY, 0}},
+      {"weight_decay = nan", "options->weight_decay = nan", {0.1, 0.9, 0, NAN, 0}},
+      {"dampening = nan", "options->dampening = nan: must be a finite number", {0.1, 0.9, NAN, 0, 0}},
+      {"dampening = -inf", "options->dampening = -inf", {0.1, 0.9, -INFINITY, 0, 0}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    sbn_nn_sgd *s = (sbn_nn_sgd *)&bad; /* not NULL: a refusal must set it to NULL */
+    char what[64];
+    snprintf(what, sizeof what, "sgd_create %s", cases[i].what);
+    bad += refused(what, sbn_nn_sgd_create(&s, net, &cases[i].o), cases[i].needle);
+    if (s) printf("  FAIL %s left *out set\n", what), bad++;
+  }
+  sbn_nn_sgd *s = NULL;
+  if (sbn_nn_sgd_create(&s, net, &good) != SBN_STATUS_OK) {
+    printf("  FAIL sgd_create with good options: %s\n", sbn_last_error());
+    sbn_module_destroy(net);
+    return bad + 1;
+  }
+  bad += refused("set_lr(NULL, 0.1)", sbn_nn_sgd_set_lr(NULL, 0.1), "optimizer is NULL");
+  bad += refused("set_lr(s, inf)", sbn_nn_sgd_set_lr(s, INFINITY), "lr = inf: must be a finite number >= 0");
+  bad += refused("set_lr(s, nan)", sbn_nn_sgd_set_lr(s, NAN), "lr = nan");
+  bad += refused("set_lr(s, -1)", sbn_nn_sgd_set_lr(s, -1), "lr = -1");
+  /* the refusals kept lr 0.1: one step with zero gradients but weight decay
+   * moves a weight by exactly -lr * wd * w (float32, PyTorch's order) */
+  sbn_nn_entry *e;
+  int n;
+  if (sbn_module_zero_grad(net) != SBN_STATUS_OK || sbn_module_entries(&e, &n, net, SBN_NN_PARAMETERS) != SBN_STATUS_OK)
+    return printf("  FAIL setup: %s\n", sbn_last_error()), sbn_nn_sgd_destroy(s), sbn_module_destroy(net), bad + 1;
+  float *w = e[0].data;
+  const float w0 = w[0], want = w0 + (-0.1f) * (0.0f + 1e-4f * w0);
+  sbn_status st = sbn_nn_sgd_step(s);
+  const int kept = st == SBN_STATUS_OK && w[0] == want;
+  printf("  %-4s %-34s -> %s[0] %.9g -> %.9g (with lr 0.1: %.9g)\n", kept ? "ok" : "FAIL",
+         "refused set_lr keeps the old lr", e[0].name, w0, w[0], want);
+  bad += !kept;
+  free(e);
+  sbn_nn_sgd_destroy(s);
+  sbn_module_destroy(net);
+  return bad;
+}
+
 int main(void) {
+  int bad = sgd_arguments();
   sbn_status st = sbn_team_run(P, rank_main, NULL);
-  int bad = st != SBN_STATUS_OK;
-  if (bad) printf("team: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  bad += st != SBN_STATUS_OK;
+  if (st != SBN_STATUS_OK) printf("team: %s: %s\n", sbn_status_name(st), sbn_last_error());
   for (int r = 0; r < P; r++) bad += failures[r];
-  printf(bad ? "FAIL: optimizer across convert\n" : "optimizer created before convert keeps working: ok\n");
+  printf(bad ? "FAIL: optimizer checks\n"
+             : "optimizer argument checks, and an optimizer created before convert keeps working: ok\n");
   return bad != 0;
 }
