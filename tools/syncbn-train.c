@@ -61,7 +61,7 @@ static void usage(FILE *f) {
           "Ctrl-C (SIGINT) or SIGTERM stops after the current step, on every rank, and\n"
           "writes a checkpoint (with --checkpoint-dir); --resume continues from it. A run\n"
           "stopped so exits 0 and marks its rows \"(interrupted)\"; errors exit 1, a bad\n"
-          "command line 2.\n");
+          "command line 2 (an option's value may not start with \"--\": write --out=--x).\n");
 }
 
 typedef struct run_ctx {
@@ -131,7 +131,17 @@ int main(int argc, char **argv) {
       {0, 0, 0, 0}};
   opterr = 0; /* one line of our own instead of getopt's */
   int bad = 0;
-  for (int c; !bad && (c = getopt_long(argc, argv, ":p:b:e:h", opts, NULL)) != -1;) {
+  for (int c, li = -1; !bad && (c = getopt_long(argc, argv, ":p:b:e:h", opts, &li)) != -1; li = -1) {
+    /* "--checkpoint-dir --resume": a forgotten value would take the next
+     * option as a folder or a file name (--opt=--x stays possible) */
+    if (c != ':' && c != '?' && optarg && optarg == argv[optind - 1] && strncmp(optarg, "--", 2) == 0) {
+      char name[40];
+      if (li >= 0) snprintf(name, sizeof name, "--%s", opts[li].name);
+      else snprintf(name, sizeof name, "-%c", c);
+      fprintf(stderr, "syncbn-train: %s needs a value; got the option %s\n", name, optarg);
+      bad = 1;
+      break;
+    }
     switch (c) {
       case 'p': bad = arg_int(&base.ranks, "ranks", optarg, 1, 1024); break;
       case 'b': bad = arg_int(&base.batch, "batch", optarg, 1, 4096); break;

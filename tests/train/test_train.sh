@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # syncbn-train end to end (thread ranks; the MPI cases are in test_train_mpi.sh):
 #  options: --help, --version, strict numbers, unknown options, unwritable --out, a file
-#    given as --out or --checkpoint-dir;
+#    given as --out or --checkpoint-dir, a forgotten value (the next option taken for it);
 #  launchers: torchrun-style and Slurm variables are refused with the command that works;
 #  training: 2 thread ranks reach the stated accuracy; --batch 1 trains (SyncBN over 4
 #    ranks x 1 image == one rank x 4 images); local BN with batch 1 trains too;
@@ -56,6 +56,17 @@ for opt in --out --checkpoint-dir; do
   echo "    $opt a regular file -> exit $rc: $(cat "$tmp/e")"
   [ $rc -eq 2 ] && grep -qF -- "$opt '$tmp/ro/file' is not a directory: it is a regular file" "$tmp/e"
   check "$opt naming a regular file says it is not a directory" $?
+done
+# A value forgotten: the next option must not become a folder named "--resume".
+for args in "--checkpoint-dir --resume|--checkpoint-dir needs a value; got the option --resume" \
+            "--data --out x|--data needs a value; got the option --out" \
+            "-p --batch 2|-p needs a value; got the option --batch"; do
+  rm -rf "$tmp/fv" && mkdir "$tmp/fv"
+  (abs=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin"); cd "$tmp/fv" && "$abs" ${args%%|*} --epochs 1 >"$tmp/o" 2>"$tmp/e")
+  rc=$?
+  echo "    ${args%%|*} -> exit $rc: $(head -1 "$tmp/e")"
+  [ $rc -eq 2 ] && grep -qxF -- "syncbn-train: ${args#*|}" "$tmp/e" && [ ! -s "$tmp/o" ] && [ -z "$(ls -A "$tmp/fv")" ]
+  check "'${args%%|*}': the forgotten value is refused (exit 2), nothing created" $?
 done
 
 echo "# launchers"
