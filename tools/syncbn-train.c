@@ -51,8 +51,11 @@ static void usage(FILE *f) {
           "                     syncbn or localbn; the model: a PyTorch state dict) and\n"
           "                     ...MODE.resume.safetensors\n"
           "  --resume           continue from D's resume file, exactly where it stopped\n"
-          "                     (refused if --ranks, --batch, --seed, --width or the data differ;\n"
-          "                     none yet: start at epoch 1, unless D holds the model file)\n"
+          "                     (refused if --ranks, --batch, --seed, --width, --momentum or\n"
+          "                     the data differ, or the file is past --epochs; a changed --lr or\n"
+          "                     --weight-decay applies from there on, and is said; a complete\n"
+          "                     run trains nothing and exits 0; none yet: start at epoch 1,\n"
+          "                     unless D holds the model file)\n"
           "  --out DIR          where train_log.csv and train_curves.png go (default\n"
           "                     build/run, under the current directory)\n"
           "  --stop-after K     stop after K steps as if interrupted (for tests)\n"
@@ -294,12 +297,15 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nmodes; i++) {
       const train_result *r = res_ptrs[i];
       const epoch_stats *e = r->epochs_done ? &r->epoch[r->epochs_done - 1] : NULL;
+      const char *note = r->already_complete ? "  (already complete: nothing trained)"
+                         : r->interrupted      ? (e ? "  (interrupted)" : "  (interrupted before an epoch completed)")
+                                               : "";
       if (e)
         printf("  %-16s %10.4f %11.1f%% %11.1f%%%s\n", !strcmp(modes[i], "syncbn") ? "SyncBN" : "local BN", e->loss,
-               100 * e->train_acc, 100 * e->test_acc, r->interrupted ? "  (interrupted)" : "");
+               100 * e->train_acc, 100 * e->test_acc, note);
       else
         printf("  %-16s %10s %12s %12s%s\n", !strcmp(modes[i], "syncbn") ? "SyncBN" : "local BN", "-", "-", "-",
-               r->interrupted ? "  (interrupted before an epoch completed)" : "");
+               note);
       if (r->checkpoint[0]) printf("  checkpoint: %s\n", r->checkpoint);
       if (r->interrupted && r->checkpoint[0]) printf("  (to continue: the same command with --resume)\n");
       if (r->images_skipped)
@@ -312,7 +318,10 @@ int main(int argc, char **argv) {
     snprintf(title, sizeof title, "syncbn-train: %d ranks x batch %d, %s data", base.ranks, base.batch, train.name);
     int epochs_done = 0; /* the plot draws complete epochs only */
     for (int i = 0; i < nmodes; i++) epochs_done += res_ptrs[i]->epochs_done;
-    if (!epochs_done) printf("  plot: not drawn (no epoch completed)\n");
+    int complete = 0;
+    for (int i = 0; i < nmodes; i++) complete |= res_ptrs[i]->already_complete;
+    if (!epochs_done)
+      printf("  plot: not drawn (%s)\n", complete ? "the log holds no complete epoch" : "no epoch completed");
     else if (report_plot(png, csv, title, modes, nmodes) == 0) printf("  plot: %s\n", png);
     else printf("  plot: not drawn (gnuplot missing or failed)\n");
   }

@@ -5,9 +5,11 @@
 
 #include "train/model.h"
 
-int resume_fixture_init(resume_fixture *f) {
+int resume_fixture_init(resume_fixture *f) { return resume_fixture_init_momentum(f, 0.9); }
+
+int resume_fixture_init_momentum(resume_fixture *f, double momentum) {
   memset(f, 0, sizeof *f);
-  f->cfg = (train_cfg){.ranks = 2, .batch = 2, .epochs = 3, .width = 1, .lr = 0.1, .momentum = 0.9, .sync_bn = 1,
+  f->cfg = (train_cfg){.ranks = 2, .batch = 2, .epochs = 3, .width = 1, .lr = 0.1, .momentum = momentum, .sync_bn = 1,
                        .seed = 5, .data_fingerprint = 0x0123456789abcdefull};
   sbn_nn_sgd_options so = {f->cfg.lr, f->cfg.momentum, 0.0, 0.0, 0};
   sbn_status st = build_resnet(&f->model, 1, f->cfg.width, 2, f->cfg.seed);

@@ -7,7 +7,7 @@
 #include "train/resume.h"
 
 /* 2 ranks x batch 2 over 10 images: 3 steps per epoch (the last one short),
- * 3 epochs. */
+ * 3 epochs; SGD with lr 0.1, momentum 0.9, no weight decay. */
 typedef struct resume_fixture {
   sbn_module *model;
   sbn_nn_sgd *sgd;
@@ -17,6 +17,8 @@ typedef struct resume_fixture {
 
 /* 0 on success; prints why not otherwise. */
 int resume_fixture_init(resume_fixture *f);
+/* The same with another SGD momentum than 0.9 (0: no momentum buffers). */
+int resume_fixture_init_momentum(resume_fixture *f, double momentum);
 void resume_fixture_free(resume_fixture *f);
 /* A hash of every byte the resume file loads into (model, optimizer,
  * position, sums): equal before and after a failed load. */

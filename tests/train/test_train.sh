@@ -8,7 +8,10 @@
 #  resume: stopped + resumed == uninterrupted (checkpoints bit for bit, log rows equal,
 #    the partial epoch marked); a different --batch/--ranks/data is refused; a checkpoint
 #    position out of range (valid CRC) is refused; --resume without a resume file starts
-#    afresh and says so, or is refused when a model file would be overwritten;
+#    afresh and says so, or is refused when a model file would be overwritten; a different
+#    --momentum is refused naming both values, a different --lr/--weight-decay continues and
+#    says so; --epochs below the checkpoint's position says what to do; a complete run
+#    trains nothing (exit 0) and keeps its files; an empty resume file says it is empty;
 #  signals: SIGINT and SIGTERM stop cleanly with a checkpoint that resumes;
 #  files: stale temporary files of crashed saves are removed, live and foreign ones kept;
 #    a --out path with a quote and a newline is passed to gnuplot as data, not script;
@@ -169,6 +172,42 @@ echo "    --resume, model file only -> exit $rc: $(cat "$tmp/e")"
 [ $rc -ne 0 ] && grep -q "model file alone cannot resume" "$tmp/e" && grep -q "remove it or use another --checkpoint-dir" "$tmp/e" &&
   [ "$(md5sum <"$model")" = "$sum" ] && [ ! -e "$tmp/fresh/syncbn-train-syncbn.resume.safetensors" ]
 check "--resume with the model file but no resume file is refused and overwrites nothing" $?
+
+# Options that differ from the checkpoint's, on a small finished run and a stopped one
+# (16 images a step: 4 steps an epoch).
+tiny="--bn sync --ranks 2 --batch 8 --epochs 2 --train-size 64 --test-size 16"
+T "$bin" $tiny --quiet --checkpoint-dir "$tmp/tiny" --out "$tmp/tiny" >/dev/null 2>&1
+check "a small run to resume (exit $?)" $?
+sums() { md5sum "$tmp"/tiny/*.safetensors "$tmp/tiny/train_log.csv" | cut -d' ' -f1 | tr '\n' ' '; }
+before=$(sums)
+T "$bin" $tiny --quiet --checkpoint-dir "$tmp/tiny" --out "$tmp/tiny" --resume --momentum 0 >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    --resume --momentum 0 -> exit $rc: $(tail -1 "$tmp/e")"
+[ $rc -eq 1 ] && grep -q "written by a run with --momentum 0.9 (now 0): the optimizer's momentum buffers" "$tmp/e" &&
+  ! grep -q "unexpected key" "$tmp/e"
+check "resume with a different --momentum is refused naming both values" $?
+T "$bin" $tiny --quiet --checkpoint-dir "$tmp/tiny" --out "$tmp/tiny" --resume --epochs 1 >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    finished 2 epochs, --resume --epochs 1 -> exit $rc: $(tail -1 "$tmp/e")"
+[ $rc -eq 1 ] && grep -q "stopped after 2 complete epochs, beyond this run's --epochs 1. To train it further, resume with --epochs 3 or more" "$tmp/e" &&
+  ! grep -q "damaged" "$tmp/e"
+check "resume with --epochs below the checkpoint's position says so and what to do" $?
+T "$bin" $tiny --checkpoint-dir "$tmp/tiny" --out "$tmp/tiny" --resume >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    --resume on the finished run -> exit $rc:"; sed 's/^/      | /' "$tmp/o" "$tmp/e"
+[ $rc -eq 0 ] && grep -q "the run is already complete (2 of 2 epochs); nothing to train" "$tmp/o" &&
+  grep -q "SyncBN .*(already complete: nothing trained)" "$tmp/o" && ! grep -q "resumed from\|epoch 3\|not drawn" "$tmp/o" &&
+  [ "$(sums)" = "$before" ]
+check "--resume on a complete run trains nothing, says so, exits 0 and keeps the files and the log" $?
+T "$bin" $tiny --quiet --checkpoint-dir "$tmp/tinyp" --out "$tmp/tinyp" --stop-after 2 >/dev/null 2>&1
+T "$bin" $tiny --quiet --checkpoint-dir "$tmp/tinyp" --out "$tmp/tinyp" --resume --lr 0.5 --weight-decay 0 \
+  >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    --resume --lr 0.5 --weight-decay 0 -> exit $rc:"; grep resume: "$tmp/o" | sed 's/^/      | /'
+[ $rc -eq 0 ] && grep -qxF "  resume: --lr 0.5 (the checkpoint's run had 0.02); the run continues with 0.5" "$tmp/o" &&
+  grep -qxF "  resume: --weight-decay 0 (the checkpoint's run had 0.0005); the run continues with 0" "$tmp/o"
+check "resume with a different --lr / --weight-decay continues and says so" $?
+: >"$tmp/tinyp/syncbn-train-syncbn.resume.safetensors"
+T "$bin" $tiny --quiet --checkpoint-dir "$tmp/tinyp" --out "$tmp/tinyp" --resume >"$tmp/o" 2>"$tmp/e"; rc=$?
+echo "    --resume from a 0-byte file -> exit $rc: $(tail -1 "$tmp/e")"
+[ $rc -eq 1 ] && grep -qF "$tmp/tinyp/syncbn-train-syncbn.resume.safetensors is empty (0 bytes), not a resume checkpoint" "$tmp/e"
+check "an empty resume file is refused saying it is empty" $?
 
 echo "# signals"
 for sig in INT TERM; do

@@ -62,6 +62,22 @@ int report_csv_row(const char *path, const char *mode, int epoch, const epoch_st
   return fclose(f) == 0 ? 0 : write_failed(path);
 }
 
+int report_csv_last(const char *path, const char *mode, int max_epoch, epoch_stats *s) {
+  FILE *f = train_fopen(path, "r");
+  if (!f) return 0;
+  char line[1024], m[64], status[32];
+  int found = 0, epoch;
+  long long steps;
+  epoch_stats e;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "%63[^,],%d,%lf,%lf,%lf,%lf,%lld,%31[a-z]", m, &epoch, &e.loss, &e.train_acc, &e.test_acc,
+               &e.images_per_s, &steps, status) == 8 &&
+        !strcmp(m, mode) && !strcmp(status, "complete") && epoch >= 1 && epoch <= max_epoch)
+      found = epoch, *s = e;
+  fclose(f);
+  return found;
+}
+
 /* The gnuplot script: ARG1 png, ARG2 csv, ARG3 title, ARG4 the modes run
  * (space-separated words). Only complete rows are drawn. */
 static const char plot_script[] =

@@ -22,6 +22,9 @@ int report_csv_create(const char *path);
 int report_csv_trim(const char *path, const char *mode, int next_epoch);
 /* Append one row (epoch 1-based) and flush it to the file. */
 int report_csv_row(const char *path, const char *mode, int epoch, const epoch_stats *s, int64_t steps, int partial);
+/* The statistics of `mode`'s last complete row (of an epoch <= max_epoch)
+ * into *s: its epoch (1-based), or 0 when the log (or the file) has none. */
+int report_csv_last(const char *path, const char *mode, int max_epoch, epoch_stats *s);
 /* Draw the complete rows of the modes in `modes` with gnuplot into png_path.
  * Paths and title reach gnuplot as arguments (gnuplot -c), never as script
  * text. Returns 0, -1 if gnuplot is missing or failed (the CSV is there). */

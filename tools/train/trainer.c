@@ -176,9 +176,19 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   train_resume_path(resume_path, sizeof resume_path, cfg);
   if (st == SBN_STATUS_OK && cfg->resume && access(resume_path, F_OK) == 0) {
     st = resume_load(&ck, resume_path);
-    if (st == SBN_STATUS_OK && rank == 0 && !cfg->quiet)
+    if (st == SBN_STATUS_OK && resume_complete(&ck)) {
+      if (rank == 0) {
+        printf("  resume: %s: the run is already complete (%lld of %d epochs); nothing to train (to train it "
+               "further, resume with a larger --epochs)\n",
+               resume_path, (long long)ck.v[RESUME_EPOCH], cfg->epochs);
+        result->already_complete = 1;
+        snprintf(result->checkpoint, sizeof result->checkpoint, "%s", model_path);
+      }
+    } else if (st == SBN_STATUS_OK && rank == 0 && !cfg->quiet) {
       printf("  resumed from %s at epoch %lld, step %lld\n", resume_path, (long long)ck.v[RESUME_EPOCH] + 1,
              (long long)ck.v[RESUME_STEP]);
+    }
+    if (st == SBN_STATUS_OK && rank == 0 && !resume_complete(&ck)) resume_print_changes(&ck, stdout);
   } else if (st == SBN_STATUS_OK && cfg->resume && access(model_path, F_OK) == 0) {
     /* the first save would replace a model trained once */
     st = train_fail(SBN_STATUS_INVALID_ARGUMENT,
@@ -190,6 +200,11 @@ sbn_status train_run(sbn_group *g, const train_cfg *cfg, const sbn_dataset *trai
   }
   if (st == SBN_STATUS_OK && rank == 0 && cfg->csv_path && report_csv_trim(cfg->csv_path, mode, (int)ck.v[RESUME_EPOCH]))
     st = SBN_STATUS_IO_ERROR; /* report_csv_trim said why */
+  if (st == SBN_STATUS_OK && rank == 0 && result->already_complete && cfg->csv_path) { /* the summary's last epoch */
+    epoch_stats e;
+    const int last = report_csv_last(cfg->csv_path, mode, cfg->epochs, &e);
+    if (last) result->epoch[last - 1] = e, result->epochs_done = last;
+  }
   st = agree(g, st);
   sbn_dp_options dpo = sbn_dp_options_default();
   dpo.reduce = SBN_DP_REDUCE_SUM; /* with the loss divided by the global batch */

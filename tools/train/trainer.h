@@ -30,6 +30,7 @@ typedef struct epoch_stats {
 typedef struct train_result {
   int epochs_done;           /* epochs completed (including resumed ones) */
   int interrupted;           /* stopped early (signal or stop_after_steps) */
+  int already_complete;      /* resumed a run that had completed its epochs: nothing trained */
   epoch_stats epoch[TRAIN_MAX_EPOCHS];
   double step_loss_sum;      /* sum of the global losses of the steps run here (resume tests) */
   int64_t steps_run;
