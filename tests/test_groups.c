@@ -1,12 +1,16 @@
 /* The threads backend's collectives and sub-groups: all-reduce (float64 and
  * float32, small and large payloads) bitwise equal to the correctly rounded
  * exact sum, broadcast, barrier, split by color/key, new_group with non-members,
- * disagreeing ranks, and 8 ranks on 2 cores without burning them. */
+ * disagreeing ranks, and 8 ranks on 2 cores without burning them. Then a
+ * split against each other collective on 2 and 3 ranks: a mismatch on every
+ * rank, at once (not after the timeout), and the group in step afterwards. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -134,10 +138,122 @@ static int rank_main(sbn_group *world, void *arg) {
   return 0;
 }
 
+/* ---- split against another collective ---- */
+
+typedef enum call { CALL_SPLIT, CALL_BARRIER, CALL_NEW_GROUP, CALL_ALLREDUCE, CALL_ALLREDUCE_LARGE,
+                    CALL_BROADCAST, CALL_COUNT_ } call;
+static const char *const call_names[] = {"split", "barrier", "new_group", "allreduce", "allreduce(large)",
+                                         "broadcast"};
+enum { LARGE = 5000 };          /* doubles: over the small all-reduce path */
+static const double TIMEOUT_S = 3, PROMPT_S = 1.5;
+
+typedef struct odd_case {
+  int size, odd;       /* rank `odd` calls `odd_call`, the others `rest_call` */
+  call odd_call, rest_call;
+} odd_case;
+static odd_case cur;
+static char scenario[160]; /* what runs now, for the watchdog */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static sbn_status do_call(sbn_group *w, call c, sbn_group **out) {
+  static _Thread_local double big[LARGE];
+  double v[2] = {1, 2};
+  char b[8] = "";
+  int list[3] = {0, 1, 2};
+  switch (c) {
+  case CALL_SPLIT: return sbn_group_split(out, w, 0, sbn_group_rank(w));
+  case CALL_BARRIER: return sbn_group_barrier(w);
+  case CALL_NEW_GROUP: return sbn_group_new(out, w, sbn_group_size(w), list);
+  case CALL_ALLREDUCE: return sbn_group_allreduce(w, v, 2, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  case CALL_ALLREDUCE_LARGE: return sbn_group_allreduce(w, big, LARGE, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  default: return sbn_group_broadcast(w, b, sizeof b, 0);
+  }
+}
+
+/* After the failed call: in step for a barrier, an all-reduce and a split. */
+static int still_in_step(sbn_group *w, int rank) {
+  const int n = sbn_group_size(w);
+  sbn_status st = sbn_group_barrier(w);
+  if (st != SBN_STATUS_OK) {
+    FAILR("%s: barrier afterwards: %s: %s\n", scenario, sbn_status_name(st), sbn_last_error());
+    return 0;
+  }
+  double v = rank + 1;
+  st = sbn_group_allreduce(w, &v, 1, SBN_DTYPE_FLOAT64, SBN_REDUCE_OP_SUM);
+  if (st != SBN_STATUS_OK || v != n * (n + 1) / 2) {
+    FAILR("%s: allreduce afterwards: %s, sum %g: %s\n", scenario, sbn_status_name(st), v, sbn_last_error());
+    return 0;
+  }
+  sbn_group *all = NULL;
+  st = sbn_group_split(&all, w, 0, rank);
+  const int got = sbn_group_size(all);
+  if (st == SBN_STATUS_OK && got == n) st = sbn_group_barrier(all);
+  sbn_group_destroy(all);
+  if (st != SBN_STATUS_OK || got != n) {
+    FAILR("%s: split afterwards: %s (size %d): %s\n", scenario, sbn_status_name(st), got, sbn_last_error());
+    return 0;
+  }
+  return 1;
+}
+
+static int odd_rank_main(sbn_group *w, void *arg) {
+  (void)arg;
+  const int rank = sbn_group_rank(w);
+  sbn_group_set_timeout(w, TIMEOUT_S);
+  sbn_group *got = NULL;
+  const double t0 = now_s();
+  sbn_status st = do_call(w, rank == cur.odd ? cur.odd_call : cur.rest_call, &got);
+  const double took = now_s() - t0;
+  if (st != SBN_STATUS_MISMATCH || got || took > PROMPT_S || !strstr(sbn_last_error(), "disagree"))
+    FAILR("%s: got %s after %.3f s (want SBN_STATUS_MISMATCH within %g s, no group): %s\n", scenario,
+          sbn_status_name(st), took, PROMPT_S, sbn_last_error());
+  sbn_group_destroy(got);
+  return still_in_step(w, rank) ? 0 : 1;
+}
+
+static void watchdog(int sig) {
+  (void)sig;
+  static const char head[] = "FAILED: hung in ";
+  if (write(2, head, sizeof head - 1) < 0 || write(2, scenario, strlen(scenario)) < 0 || write(2, "\n", 1) < 0) {
+  }
+  _exit(1);
+}
+
+/* Every rank position, both ways round, against every other collective. */
+static int split_against_others(void) {
+  int cases = 0, bad = 0;
+  signal(SIGALRM, watchdog);
+  for (int size = 2; size <= 3; size++)
+    for (call other = CALL_BARRIER; other < CALL_COUNT_; other++)
+      for (int odd = 0; odd < size; odd++)
+        for (int flip = 0; flip < 2; flip++) {
+          cur = (odd_case){size, odd, flip ? other : CALL_SPLIT, flip ? CALL_SPLIT : other};
+          snprintf(scenario, sizeof scenario, "%d ranks: rank %d calls %s, the others %s", size, odd,
+                   call_names[cur.odd_call], call_names[cur.rest_call]);
+          memset(errors, 0, sizeof errors);
+          alarm(20); /* a hang: far past the 3 s timeout */
+          sbn_status st = sbn_team_run(size, odd_rank_main, NULL);
+          alarm(0);
+          int fail = st != SBN_STATUS_OK;
+          for (int r = 0; r < size; r++) fail |= errors[r] != 0;
+          if (fail) printf("  FAIL %s: %s %s\n", scenario, sbn_status_name(st), sbn_last_error());
+          bad += fail, cases++;
+        }
+  printf("  split against barrier/new_group/allreduce/broadcast: %d of %d cases gave a prompt "
+         "SBN_STATUS_MISMATCH on every rank and left the group in step\n", cases - bad, cases);
+  return bad;
+}
+
 int main(void) {
   sbn_status st = sbn_team_run(P, rank_main, NULL);
   int bad = st != SBN_STATUS_OK;
   for (int r = 0; r < P; r++) bad |= errors[r] != 0;
+  bad |= split_against_others() != 0;
   printf(bad ? "FAILED (%s)\n" : "group checks passed (%s)\n", sbn_status_name(st));
   return bad;
 }

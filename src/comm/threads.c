@@ -340,7 +340,10 @@ static sbn_status threads_split(sbn_group **out, sbn_group *g, int color, int ke
   sbn_status verdict;
   sbn_status st = open_collective(g, sig, NULL, &mine, &verdict);
   if (st != SBN_STATUS_OK) return st;
-  int *members = verdict == SBN_STATUS_OK ? malloc(sizeof(int) * (size_t)rv->size) : NULL;
+  /* Every rank has the same verdict; on a disagreement the peers may be in
+   * another collective, which closes after one more phase: so must we. */
+  if (verdict != SBN_STATUS_OK) return close_collective(g, sig, verdict);
+  int *members = malloc(sizeof(int) * (size_t)rv->size);
   int m = 0, my_index = -1;
   if (members && color >= 0) {
     m = split_members(rv, color, members);
