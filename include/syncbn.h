@@ -18,7 +18,11 @@
  * ("Threads and lifetimes") lists what must outlive what.
  *
  * Environment:
- *   SYNCBN_TIMEOUT  seconds a collective waits for missing ranks (default 300)
+ *   SYNCBN_TIMEOUT  seconds a collective waits for missing ranks (default 300,
+ *                   also when empty); a value that is not a positive number,
+ *                   all of it ("abc", "0", "2x"), makes the group constructors
+ *                   that use it (threads, MPI, NCCL) fail with
+ *                   SBN_STATUS_INVALID_ARGUMENT naming the value
  *   SYNCBN_DEBUG    1: print every error to stderr as it is recorded
  */
 #ifndef SYNCBN_H
@@ -191,9 +195,10 @@ SBN_API int sbn_group_contains(const sbn_group *outer, const sbn_group *inner);
 
 /* Seconds a collective on this group waits for missing ranks before failing
  * with SBN_STATUS_TIMEOUT (naming the missing ranks) and marking the group
- * broken. Default: SYNCBN_TIMEOUT or 300. Any value >= SBN_TIMEOUT_FOREVER
- * (including +inf, SYNCBN_TIMEOUT=inf or 1e30) means wait forever; waiting
- * ranks sleep, they do not spin. Local; set it on every rank. */
+ * broken. Default: SYNCBN_TIMEOUT (top of this header) or 300. Any value
+ * >= SBN_TIMEOUT_FOREVER (including +inf, SYNCBN_TIMEOUT=inf or 1e30) means
+ * wait forever; waiting ranks sleep, they do not spin. Local; set it on
+ * every rank. */
 #define SBN_TIMEOUT_FOREVER 1e9 /* seconds (about 31 years) */
 SBN_API sbn_status sbn_group_set_timeout(sbn_group *group, double seconds);
 

@@ -3,10 +3,13 @@
  * overflow into an immediate timeout nor spin a core. A team of 3 thread
  * ranks where the last arrives 0.6 s late: the others must succeed, with
  * the exact sum, using little CPU while they wait (spinning would cost about
- * 2 x 0.6 s). Invalid timeouts (0, negative, NaN) are refused. */
+ * 2 x 0.6 s). Invalid timeouts (0, negative, NaN) are refused, from
+ * sbn_group_set_timeout and from SYNCBN_TIMEOUT (at team creation, naming
+ * the value: a typo must not silently become another timeout). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,6 +63,28 @@ static int bad_fn(sbn_group *g, void *arg) {
   return bad;
 }
 
+static int ran;
+static int count_fn(sbn_group *g, void *arg) {
+  (void)g, (void)arg;
+  __atomic_fetch_add(&ran, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* SYNCBN_TIMEOUT=env: refused (SBN_STATUS_INVALID_ARGUMENT naming the value,
+ * no rank runs) unless `valid`. */
+static void env_value(const char *env, int valid) {
+  setenv("SYNCBN_TIMEOUT", env, 1);
+  ran = 0;
+  sbn_status st = sbn_team_run(2, count_fn, NULL);
+  char want[64];
+  snprintf(want, sizeof want, "SYNCBN_TIMEOUT='%s'", env);
+  int ok = valid ? st == SBN_STATUS_OK && ran == 2
+                 : st == SBN_STATUS_INVALID_ARGUMENT && ran == 0 && strstr(sbn_last_error(), want);
+  printf("%-4s SYNCBN_TIMEOUT='%s': %s, %d rank(s) ran%s%s\n", ok ? "ok" : "FAIL", env, sbn_status_name(st), ran,
+         st != SBN_STATUS_OK ? ": " : "", st != SBN_STATUS_OK ? sbn_last_error() : "");
+  failures += !ok;
+}
+
 int main(void) {
   alarm(60); /* a rank that never wakes (or a spin-wait to the end of time) fails here */
   run("SYNCBN_TIMEOUT=1e30", "1e30", 0);
@@ -72,6 +97,11 @@ int main(void) {
   printf("%-4s sbn_group_set_timeout refuses 0, -1, NaN, -inf with SBN_STATUS_INVALID_ARGUMENT\n",
          st == SBN_STATUS_OK ? "ok" : "FAIL");
   failures += st != SBN_STATUS_OK;
-  printf("%s\n", failures ? "FAILED" : "huge timeouts wait forever, sleeping: all passed");
+  const char *bad[] = {"abc", "-1", "0", "nan", "2x", "-inf", "1e-400"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) env_value(bad[i], 0);
+  env_value("", 1); /* empty: unset, the default */
+  env_value(" 2.5 ", 1);
+  unsetenv("SYNCBN_TIMEOUT");
+  printf("%s\n", failures ? "FAILED" : "huge timeouts wait forever, sleeping; invalid ones are refused: all passed");
   return failures ? 1 : 0;
 }

@@ -91,6 +91,9 @@ void sbn_group_abort(sbn_group *g, const char *why);
 /* Allocate a handle with the generic fields set (timeout from SYNCBN_TIMEOUT). */
 sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int size,
                            const char *name);
+/* SYNCBN_TIMEOUT in seconds (300 when unset). NaN, with
+ * SBN_STATUS_INVALID_ARGUMENT recorded naming the value, when it is not a
+ * positive number: a root group's constructor then fails with that status. */
 double sbn_default_timeout(void);
 
 /* The calls the layer makes (argument checks done by the caller). */

@@ -1,6 +1,7 @@
 /* Process groups, backend-independent part: the public sbn_group_* calls,
  * argument checks, signatures and the messages for disagreeing ranks.
  * new_group (a rank list) is built on the backend's split. */
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,14 +16,27 @@
  * overflow, and the waits sleep). */
 static double normalize_timeout(double v) { return v >= SBN_TIMEOUT_FOREVER ? INFINITY : v; }
 
+enum { DEFAULT_TIMEOUT_S = 300 };
+
+/* SYNCBN_TIMEOUT's seconds: the default when unset or empty, NaN when it is
+ * not a positive number, all of it ("2x" is not 2: a typo must not pass as
+ * another timeout). */
+static double env_timeout(const char *env) {
+  if (!env || !env[0]) return DEFAULT_TIMEOUT_S;
+  char *end;
+  double v = strtod(env, &end);
+  while (end != env && isspace((unsigned char)*end)) end++;
+  if (end == env || *end || !(v > 0)) return NAN; /* NaN fails v > 0 */
+  return normalize_timeout(v);
+}
+
 double sbn_default_timeout(void) {
   const char *env = getenv("SYNCBN_TIMEOUT");
-  if (env && env[0]) {
-    char *end;
-    double v = strtod(env, &end);
-    if (end != env && v > 0) return normalize_timeout(v); /* NaN fails v > 0 */
-  }
-  return 300.0;
+  double v = env_timeout(env);
+  if (isnan(v))
+    sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+             "SYNCBN_TIMEOUT='%.100s' is not a positive number of seconds (inf: wait forever)", env);
+  return v;
 }
 
 static uint64_t next_root_id(void) {
@@ -45,7 +59,10 @@ sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int si
   g->impl = impl;
   g->rank = rank;
   g->size = size;
-  g->timeout_s = sbn_default_timeout();
+  /* the root group's constructor refused an invalid value; set since then,
+   * it must not make a sub-group wait forever */
+  const double t = env_timeout(getenv("SYNCBN_TIMEOUT"));
+  g->timeout_s = isnan(t) ? DEFAULT_TIMEOUT_S : t;
   snprintf(g->name, sizeof g->name, "%s", name);
   return g;
 }

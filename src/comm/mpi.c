@@ -870,6 +870,8 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm_p, size_t c
   MPI_Comm comm;
   memcpy(&comm, comm_p, sizeof comm);
   if (comm == MPI_COMM_NULL) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_from_mpi: comm is MPI_COMM_NULL");
+  const double timeout = sbn_default_timeout();
+  if (isnan(timeout)) return SBN_STATUS_INVALID_ARGUMENT; /* recorded, naming the value */
   int inter = 0;
   MPI_Comm_test_inter(comm, &inter);
   if (inter)
@@ -888,7 +890,7 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm_p, size_t c
   int rc = MPI_Comm_idup(comm, &dup, &req);
   if (rc != MPI_SUCCESS)
     return sbn_fail(SBN_STATUS_BACKEND_ERROR, "sbn_group_from_mpi: MPI_Comm_idup failed (error %d)", rc);
-  const double timeout = sbn_default_timeout(), start = now_s();
+  const double start = now_s();
   for (unsigned long it = 0;; it++) {
     int flag = 0;
     rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);

@@ -784,6 +784,7 @@ sbn_status sbn_group_create_nccl_comm(sbn_group **out, const void *comm_p, size_
   ncclComm_t comm;
   memcpy(&comm, comm_p, sizeof comm);
   if (!comm) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_create_nccl: the communicator is NULL");
+  if (isnan(sbn_default_timeout())) return SBN_STATUS_INVALID_ARGUMENT; /* recorded, naming the value */
   sbn_status st = check_device("sbn_group_create_nccl", device);
   if (st != SBN_STATUS_OK) return st;
   return wrap(out, comm, 0, device, "nccl");
@@ -899,6 +900,7 @@ sbn_status sbn_group_create_nccl_over(sbn_group **out, sbn_group *bootstrap, int
   const char *fn = "sbn_group_create_nccl_over";
   sbn_status mine = out ? check_device(fn, device)
                         : sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  if (mine == SBN_STATUS_OK && isnan(sbn_default_timeout())) mine = SBN_STATUS_INVALID_ARGUMENT; /* recorded */
   if (mine == SBN_STATUS_OK && bootstrap && bootstrap->size > SBN_XSUM_MAX_TERMS)
     mine = sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: %d ranks; at most %d per group", fn, bootstrap->size,
                     SBN_XSUM_MAX_TERMS);

@@ -406,6 +406,7 @@ sbn_status sbn_team_create(sbn_team **out, int size) {
   *out = NULL;
   if (size < 1)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_team_create: size must be >= 1, got %d", size);
+  if (isnan(sbn_default_timeout())) return SBN_STATUS_INVALID_ARGUMENT; /* recorded, naming the value */
   sbn_team *t = calloc(1, sizeof *t);
   if (t) t->joined = calloc((size_t)size, 1);
   if (t && t->joined) t->world = rv_create(size, 1);
