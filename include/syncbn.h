@@ -24,6 +24,10 @@
  *                   that use it (threads, MPI, NCCL) fail with
  *                   SBN_STATUS_INVALID_ARGUMENT naming the value
  *   SYNCBN_DEBUG    1: print every error to stderr as it is recorded
+ *   SYNCBN_NUM_THREADS  CPU kernel threads per rank (see sbn_set_num_threads)
+ *   SYNCBN_CPU_ISA  generic|avx2|avx512|avx512bf16: force a kernel level
+ *   SYNCBN_MPI_PAIR 0: two MPI ranks use the general exact all-reduce instead
+ *                   of their pairwise exchange (README, "Two backends")
  */
 #ifndef SYNCBN_H
 #define SYNCBN_H
