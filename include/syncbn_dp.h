@@ -76,7 +76,9 @@ SBN_API int sbn_dp_num_buckets(const sbn_dp *dp);
 SBN_API sbn_group *sbn_dp_group(const sbn_dp *dp);
 
 /* Unwrap: the tree is no longer marked wrapped; the model and optimizers
- * stay with the caller. Local. NULL is a no-op. */
+ * stay with the caller. Local. NULL is a no-op. The model must outlive the
+ * wrapper: sbn_module_destroy of a wrapped model is refused
+ * (SBN_STATUS_BAD_STATE) until this is called. */
 SBN_API sbn_status sbn_dp_destroy(sbn_dp *dp);
 
 #ifdef __cplusplus

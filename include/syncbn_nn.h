@@ -56,8 +56,10 @@ typedef enum sbn_module_kind {
 SBN_API const char *sbn_module_kind_name(sbn_module_kind kind);
 SBN_API sbn_module_kind sbn_module_kind_of(const sbn_module *m); /* SBN_MODULE_KIND_COUNT_ for NULL */
 
-/* Destroy a module and its children. NULL is a no-op. A module that is the
- * child of another cannot be destroyed directly (SBN_STATUS_BAD_STATE). */
+/* Destroy a module and its children. NULL is a no-op. Refused with
+ * SBN_STATUS_BAD_STATE, the module left as it is: a module that is the child
+ * of another (destroy the root), and a root marked wrapped (see
+ * sbn_module_set_wrapped; destroy the data-parallel wrapper first). */
 SBN_API sbn_status sbn_module_destroy(sbn_module *m);
 
 /* Children: count, and the i-th child with its local name ("0", "conv1"). */

@@ -90,6 +90,13 @@ sbn_status sbn_module_destroy(sbn_module *m) {
     return sbn_fail(SBN_STATUS_BAD_STATE,
                     "sbn_module_destroy: this %s is a child of a %s; destroy the root instead",
                     sbn_module_kind_name(m->kind), sbn_module_kind_name(m->parent->kind));
+  /* A wrapper keeps a pointer to its model and writes to it when it is
+   * destroyed: the model must outlive it. */
+  if (m->wrapped)
+    return sbn_fail(SBN_STATUS_BAD_STATE,
+                    "sbn_module_destroy: this %s is wrapped for data-parallel training; destroy the "
+                    "wrapper first (sbn_dp_destroy)",
+                    sbn_module_kind_name(m->kind));
   sbn_nn_module_free(m);
   return SBN_STATUS_OK;
 }

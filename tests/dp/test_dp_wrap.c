@@ -4,7 +4,8 @@
  *  - ignored parameters are not reduced either (their gradients stay local),
  *    the others are equal on every rank after backward;
  *  - the train-step counter counts sbn_dp_step; buckets follow bucket_bytes;
- *  - convert_sync_batchnorm after wrapping is refused;
+ *  - convert_sync_batchnorm after wrapping is refused, and so is destroying
+ *    the wrapped model (before sbn_dp_destroy);
  *  - a SyncBatchNorm synchronizing over ranks outside the wrapper's group is
  *    refused on every rank of the wrapper's group. */
 #include <stdio.h>
@@ -109,6 +110,14 @@ static int rank_main(sbn_group *world, void *arg) {
   st = sbn_nn_convert_sync_batchnorm(&again, model, world);
   EXPECT(st == SBN_STATUS_BAD_STATE, "convert after wrap gave %s\n", sbn_status_name(st));
   if (rank == 0) printf("  convert after wrap: %s: %s\n", sbn_status_name(st), sbn_last_error());
+
+  /* destroying the wrapped model is refused (the wrapper writes to it when
+   * destroyed); the model stays whole and wrapped */
+  st = sbn_module_destroy(model);
+  EXPECT(st == SBN_STATUS_BAD_STATE && strstr(sbn_last_error(), "sbn_dp_destroy") &&
+             sbn_module_is_wrapped(model) == 1 && sbn_module_num_children(model) > 0,
+         "destroying the wrapped model gave %s: %s\n", sbn_status_name(st), sbn_last_error());
+  if (rank == 0) printf("  destroy the wrapped model: %s: %s\n", sbn_status_name(st), sbn_last_error());
   sbn_dp_destroy(dp);
   sbn_group_barrier(world);
   if (rank == 0) rank0_entries[0] = NULL;
