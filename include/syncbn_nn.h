@@ -74,7 +74,13 @@ SBN_API int sbn_module_is_training(const sbn_module *m); /* -1 for NULL */
 
 /* Forward: *y becomes a view of the module's output (see the conventions
  * above). Backward of the most recent forward: dy must have y's shape; *dx
- * becomes a view of the gradient w.r.t. that forward's x. */
+ * becomes a view of the gradient w.r.t. that forward's x. A failed backward
+ * changes no gradient, also when it fails part-way (a SyncBatchNorm's
+ * collective after the modules behind it accumulated): the gradients are
+ * saved before and put back. The cost: one read of the gradients per
+ * backward; gradients that are not all zero (accumulated over several
+ * backwards) are also copied, into memory the module keeps (at most one
+ * float per parameter). */
 SBN_API sbn_status sbn_module_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x);
 SBN_API sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy);
 /* Set every parameter gradient in the tree to zero. */

@@ -80,7 +80,7 @@ void sbn_nn_module_free(sbn_module *m) {
   }
   free(m->child), free(m->child_name);
   if (m->ops && m->ops->destroy) m->ops->destroy(m);
-  free(m->out.p), free(m->dx.p);
+  free(m->out.p), free(m->dx.p), free(m->saved.p);
   free(m);
 }
 
@@ -259,11 +259,84 @@ sbn_status sbn_module_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x)
   return sbn_nn_forward(m, y, x);
 }
 
+int sbn_nn_has_forward(const sbn_module *m) { return m && m->have_fwd; }
+
+/* ---- saving gradients around a backward ----
+ *
+ * Backward accumulates into the gradients module by module, and a later
+ * module can still fail (a SyncBatchNorm's collective finds the ranks
+ * disagree, a peer failed, out of memory) after earlier ones added theirs.
+ * A failed call must change nothing, so the gradients are saved first and
+ * put back on failure. Gradients are usually zero before a backward (after
+ * zero_grad): those are only read and marked, and put back with a memset;
+ * only gradients being accumulated over several backwards are copied. */
+enum { GRAD_NOT_SAVED = 0, GRAD_WAS_ZERO = 1, GRAD_COPIED = 2 };
+
+static int all_zero_bits(const float *g, int64_t n) {
+  const uint32_t *u = (const uint32_t *)(const void *)g; /* -0.0f is not zero here */
+  for (int64_t i = 0; i < n; i++)
+    if (u[i]) return 0;
+  return 1;
+}
+
+/* Mark every gradient backward may change; count the floats to copy. */
+static void grads_mark(sbn_module *m, int64_t *to_copy) {
+  for (int i = 0; i < m->nlocal; i++) {
+    sbn_nn_local *l = &m->local[i];
+    l->grad_saved = GRAD_NOT_SAVED;
+    if (!l->grad || !l->requires_grad || l->numel <= 0) continue;
+    l->grad_saved = all_zero_bits(l->grad, l->numel) ? GRAD_WAS_ZERO : GRAD_COPIED;
+    if (l->grad_saved == GRAD_COPIED) *to_copy += l->numel;
+  }
+  for (int i = 0; i < m->nchild; i++) grads_mark(m->child[i], to_copy);
+}
+
+static void grads_unmark(sbn_module *m) {
+  for (int i = 0; i < m->nlocal; i++) m->local[i].grad_saved = GRAD_NOT_SAVED;
+  for (int i = 0; i < m->nchild; i++) grads_unmark(m->child[i]);
+}
+
+/* Copy the marked gradients to (restore = 0) or back from (restore = 1)
+ * `store`, in the same tree order both ways. */
+static void grads_move(sbn_module *m, float *store, int64_t *at, int restore) {
+  for (int i = 0; i < m->nlocal; i++) {
+    sbn_nn_local *l = &m->local[i];
+    size_t bytes = sizeof(float) * (size_t)(l->numel > 0 ? l->numel : 0);
+    if (l->grad_saved == GRAD_WAS_ZERO && restore) memset(l->grad, 0, bytes);
+    if (l->grad_saved != GRAD_COPIED) continue;
+    if (restore) memcpy(l->grad, store + *at, bytes);
+    else memcpy(store + *at, l->grad, bytes);
+    *at += l->numel;
+  }
+  for (int i = 0; i < m->nchild; i++) grads_move(m->child[i], store, at, restore);
+}
+
+sbn_status sbn_nn_grads_save(sbn_module *root) {
+  int64_t n = 0, at = 0;
+  grads_mark(root, &n);
+  float *store = n > 0 ? sbn_nn_buf_reserve(&root->saved, n, "backward (saving the gradients)") : NULL;
+  if (n > 0 && !store) {
+    grads_unmark(root); /* a restore after this failure must change nothing */
+    return SBN_STATUS_OUT_OF_MEMORY;
+  }
+  if (n > 0) grads_move(root, store, &at, 0);
+  return SBN_STATUS_OK;
+}
+
+void sbn_nn_grads_restore(sbn_module *root) {
+  int64_t at = 0;
+  grads_move(root, root->saved.p, &at, 1);
+}
+
 sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy) {
   sbn_clear_error();
   if (!m || !dx)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_backward: %s is NULL", m ? "dx" : "module");
-  return sbn_nn_backward(m, dx, dy);
+  sbn_status st = sbn_nn_grads_save(m);
+  if (st != SBN_STATUS_OK) return st;
+  st = sbn_nn_backward(m, dx, dy);
+  if (st != SBN_STATUS_OK) sbn_nn_grads_restore(m);
+  return st;
 }
 
 static void zero_rec(sbn_module *m) {

@@ -6,6 +6,7 @@
 #define SBN_NN_MODULE_H
 
 #include "../core/error.h"
+#include "grads.h"
 #include "syncbn_nn.h"
 
 #define SBN_NN_MAX_LOCAL 8 /* parameters + buffers held by one module */
@@ -20,6 +21,7 @@ typedef struct sbn_nn_local {
   void *data;
   float *grad;
   int requires_grad;
+  int grad_saved; /* how the last sbn_nn_grads_save kept grad: see module.c */
 } sbn_nn_local;
 
 typedef struct sbn_module_ops {
@@ -50,6 +52,7 @@ struct sbn_module {
   sbn_tensor x, y; /* last forward's input and output descriptors */
   int have_fwd;
   sbn_nn_buf out, dx; /* module-owned output and input gradient */
+  sbn_nn_buf saved;   /* gradients saved while a backward from this module runs */
 };
 
 /* Allocate a module (training mode, no children); NULL on OOM. */
@@ -70,9 +73,9 @@ float *sbn_nn_buf_reserve(sbn_nn_buf *b, int64_t n, const char *who);
 sbn_tensor sbn_nn_view(float *data, int ndim, const int64_t *shape);
 /* "[2, 3, 4]" */
 const char *sbn_nn_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
-/* Forward/backward of a child without clearing the error (internal use). */
+/* Forward of a child without clearing the error (internal use; the
+ * backward counterpart is in grads.h). */
 sbn_status sbn_nn_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x);
-sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy);
 
 /* Deterministic PyTorch-like init: uniform(-bound, bound) from a seed. */
 void sbn_nn_init_uniform(float *p, int64_t n, double bound, uint64_t seed);

@@ -1,7 +1,8 @@
 /* convert_sync_batchnorm / revert_sync_batchnorm: kinds, state bit for bit,
  * training flags, requires_grad; a root BatchNorm; refusal after wrapping;
  * and that the converted network over 2 thread ranks computes exactly what
- * the original computes on the concatenated batch. */
+ * the original computes on the concatenated batch; a backward that fails in
+ * a SyncBatchNorm's collective changes no gradient. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,85 @@ static int rank_fn(sbn_group *g, void *arg) {
   a->ok[r] = 1;
   sbn_module_destroy(net);
   return 0;
+}
+
+/* A backward that fails in a SyncBatchNorm's collective (rank 1 calls
+ * something else) after the Linear behind it has added its gradient must
+ * leave every gradient as it was: accumulated ones (copied back) and zeroed
+ * ones (zeroed back). The group stays usable: a correct step then works. */
+typedef struct fail_arg {
+  float *x;
+  int failed_as_expected[2], unchanged[2], zeros_kept[2], after_ok[2];
+  char msg[2][300];
+} fail_arg;
+
+static int all_grads_zero(sbn_module *m) {
+  sbn_nn_entry *e;
+  int n, zero = 1;
+  if (sbn_module_entries(&e, &n, m, SBN_NN_PARAMETERS) != SBN_STATUS_OK) return 0;
+  for (int i = 0; i < n; i++)
+    for (int64_t j = 0; j < e[i].numel; j++) zero &= e[i].grad[j] == 0.0f;
+  free(e);
+  return zero;
+}
+
+static int failed_backward_fn(sbn_group *g, void *arg) {
+  fail_arg *a = arg;
+  const int r = sbn_group_rank(g);
+  sbn_module *net, *conv;
+  if (nn_build_net(&net, 5)) return 1;
+  CHECK_OK(sbn_group_set_timeout(g, 5)); /* a hang becomes a failure */
+  CHECK_OK(sbn_nn_convert_sync_batchnorm(&conv, net, g));
+  int64_t s[4] = {3, 3, 8, 8}, sy[2] = {3, NET_CLASSES};
+  float dys[3 * NET_CLASSES];
+  for (int i = 0; i < 3 * NET_CLASSES; i++) dys[i] = 0.25f * (float)(i % 4) - 0.3f;
+  sbn_tensor x = sbn_tensor_cpu(a->x + r * 3 * 192, 4, s, SBN_DTYPE_FLOAT32, 0), y, dx;
+  sbn_tensor dy = sbn_tensor_cpu(dys, 2, sy, SBN_DTYPE_FLOAT32, 0);
+  /* accumulated gradients: a successful backward first */
+  CHECK_OK(sbn_module_forward(net, &y, &x));
+  CHECK_OK(sbn_module_backward(net, &dx, &dy));
+  CHECK_OK(sbn_module_forward(net, &y, &x));
+  nn_snapshot before;
+  if (nn_snapshot_take(&before, net)) return 1;
+  char why[256] = "";
+  if (r == 0) {
+    sbn_status st = sbn_module_backward(net, &dx, &dy);
+    snprintf(a->msg[r], sizeof a->msg[r], "%s: %s", sbn_status_name(st), sbn_last_error());
+    a->failed_as_expected[r] = st == SBN_STATUS_MISMATCH;
+    a->unchanged[r] = nn_snapshot_diff(&before, net, 1, why, sizeof why) == 0;
+    if (!a->unchanged[r]) snprintf(a->msg[r], sizeof a->msg[r], "changed: %s", why);
+  } else {
+    a->failed_as_expected[r] = sbn_group_barrier(g) == SBN_STATUS_MISMATCH;
+    a->unchanged[r] = 1;
+  }
+  nn_snapshot_free(&before);
+  /* zeroed gradients */
+  CHECK_OK(sbn_module_zero_grad(net));
+  CHECK_OK(sbn_module_forward(net, &y, &x));
+  if (r == 0) a->zeros_kept[r] = sbn_module_backward(net, &dx, &dy) == SBN_STATUS_MISMATCH && all_grads_zero(net);
+  else a->zeros_kept[r] = sbn_group_barrier(g) == SBN_STATUS_MISMATCH;
+  /* the group is still usable */
+  sbn_status st = sbn_module_forward(net, &y, &x);
+  if (st == SBN_STATUS_OK) st = sbn_module_backward(net, &dx, &dy);
+  a->after_ok[r] = st == SBN_STATUS_OK && !all_grads_zero(net);
+  sbn_module_destroy(net);
+  return 0;
+}
+
+static int failed_backward_checks(rng *r) {
+  fail_arg a = {0};
+  a.x = malloc(sizeof(float) * 6 * 192);
+  for (int i = 0; i < 6 * 192; i++) a.x[i] = (float)rng_normal(r);
+  sbn_status st = sbn_team_run(2, failed_backward_fn, &a);
+  free(a.x);
+  int bad = st != SBN_STATUS_OK;
+  for (int k = 0; k < 2; k++) {
+    printf("failed backward, rank %d: failed together %d, accumulated gradients unchanged %d, zeroed ones still "
+           "zero %d, next step ok %d%s%s\n",
+           k, a.failed_as_expected[k], a.unchanged[k], a.zeros_kept[k], a.after_ok[k], k ? "" : ": ", a.msg[k]);
+    bad |= !a.failed_as_expected[k] || !a.unchanged[k] || !a.zeros_kept[k] || !a.after_ok[k];
+  }
+  return bad;
 }
 
 int main(void) {
@@ -199,6 +279,7 @@ int main(void) {
   bad |= check("converted net on 2 ranks (3+5 samples) vs original on 8, rank 1", a.err[1], 1e-4);
   bad |= !a.ok[0] || !a.ok[1];
   free(a.x), free(a.y_ref);
+  bad |= failed_backward_checks(&r);
   printf("%s\n", bad ? "FAILED" : "all ok");
   return bad;
 }

@@ -1,0 +1,22 @@
+/* Internal: what the data-parallel wrapper needs to run a model's backward
+ * itself (child by child, with gradient all-reduces in between) and still
+ * keep sbn_module_backward's promise that a failed call changes no
+ * gradient. */
+#ifndef SBN_NN_GRADS_H
+#define SBN_NN_GRADS_H
+
+#include "syncbn_nn.h"
+
+/* 1 when m's most recent forward succeeded (its backward may run). */
+int sbn_nn_has_forward(const sbn_module *m);
+/* Backward without clearing the error and without saving gradients. */
+sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy);
+/* Remember every gradient of the tree that a backward may change (those of
+ * parameters requiring grad), in storage kept by `root`: one read pass, and
+ * a copy only of the gradients that are not all zero (after zero_grad
+ * nothing is copied). Fails (out of memory) before anything changed. */
+sbn_status sbn_nn_grads_save(sbn_module *root);
+/* Put back exactly what the last sbn_nn_grads_save of `root` saw. */
+void sbn_nn_grads_restore(sbn_module *root);
+
+#endif
