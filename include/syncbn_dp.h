@@ -64,9 +64,14 @@ SBN_API sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *cons
 /* The model's forward (y is a view, as sbn_module_forward). */
 SBN_API sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x);
 /* The model's backward and the gradient all-reduce (collective). dx may be
- * NULL. On return every rank holds the same reduced gradients. */
+ * NULL. On return every rank holds the same reduced gradients. On failure
+ * the gradients are as before the call (see sbn_module_backward), not
+ * reduced. */
 SBN_API sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy);
-/* Step every optimizer; counts a training step. */
+/* Step every optimizer; counts a training step. Refused with
+ * SBN_STATUS_BAD_STATE (nothing stepped) while the last sbn_dp_backward
+ * failed: the gradients would be this rank's alone, not reduced, and the
+ * replicas would drift apart. A backward that succeeds allows it again. */
 SBN_API sbn_status sbn_dp_step(sbn_dp *dp);
 SBN_API sbn_status sbn_dp_zero_grad(sbn_dp *dp);
 

@@ -9,6 +9,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "../comm/comm.h"
+#include "../nn/grads.h"
 #include "buckets.h"
 #include "comm_worker.h"
 #include "dp_testhook.h"
@@ -27,6 +28,7 @@ struct sbn_dp {
   dp_bucket *buckets;
   int nbuckets;
   int64_t steps;
+  int backward_failed;    /* the last sbn_dp_backward failed: sbn_dp_step is refused */
 };
 
 sbn_dp_fault sbn_dp_test_fault = SBN_DP_FAULT_NONE;
@@ -340,15 +342,11 @@ static sbn_status launch_ready(sbn_dp *dp, int done) {
   return SBN_STATUS_OK;
 }
 
-sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
-  static const char call[] = "sbn_dp_backward";
-  sbn_clear_error();
-  if (!dp || !dy) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", call, dp ? "dy" : "wrapper");
-  for (int k = 0; k < dp->nbuckets; k++) dp->buckets[k].launched = 0;
+/* The model's backward with buckets launched as they complete. */
+static sbn_status backward_and_launch(sbn_dp *dp, sbn_tensor *grad_in, const sbn_tensor *dy) {
   const int P = sbn_group_size(dp->group);
   sbn_status st = SBN_STATUS_OK;
-  const uint64_t told = sbn_failures_told();
-  sbn_tensor grad_in = *dy;
+  *grad_in = *dy;
   if (sbn_module_kind_of(dp->model) == SBN_MODULE_KIND_SEQUENTIAL && P > 1) {
     /* Child by child, so buckets leave as soon as they are complete. */
     for (int i = sbn_module_num_children(dp->model) - 1; i >= 0 && st == SBN_STATUS_OK; i--) {
@@ -356,13 +354,30 @@ sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
       const char *name;
       sbn_tensor prev;
       st = sbn_module_child(&child, &name, dp->model, i);
-      if (st == SBN_STATUS_OK) st = sbn_module_backward(child, &prev, &grad_in);
-      if (st == SBN_STATUS_OK) grad_in = prev, st = launch_ready(dp, i);
+      if (st == SBN_STATUS_OK) st = sbn_nn_backward(child, &prev, grad_in);
+      if (st == SBN_STATUS_OK) *grad_in = prev, st = launch_ready(dp, i);
     }
-  } else {
-    st = sbn_module_backward(dp->model, &grad_in, dy);
-    if (st == SBN_STATUS_OK && P > 1) st = launch_ready(dp, 0);
+    return st;
   }
+  st = sbn_nn_backward(dp->model, grad_in, dy);
+  if (st == SBN_STATUS_OK && P > 1) st = launch_ready(dp, 0);
+  return st;
+}
+
+sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
+  sbn_clear_error();
+  if (!dp || !dy)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_backward: %s is NULL", dp ? "dy" : "wrapper");
+  dp->backward_failed = 1; /* until it succeeds */
+  for (int k = 0; k < dp->nbuckets; k++) dp->buckets[k].launched = 0;
+  const int P = sbn_group_size(dp->group);
+  const uint64_t told = sbn_failures_told();
+  /* A failed call changes no gradient: the model's backward accumulates
+   * into them before a later module or the all-reduce may still fail. */
+  sbn_status st = sbn_nn_grads_save(dp->model);
+  if (st != SBN_STATUS_OK) return give_up_if_untold(dp, st, told);
+  sbn_tensor grad_in;
+  st = backward_and_launch(dp, &grad_in, dy);
   /* A rank that failed locally leaves the groups if its peers do not know
    * (they fail at once), then waits for what it launched. */
   st = give_up_if_untold(dp, st, told);
@@ -370,21 +385,30 @@ sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", sbn_last_error());
     sbn_status wst = sbn_worker_wait(dp->worker);
-    if (st != SBN_STATUS_OK) return sbn_fail(st, "%s", keep);
-    st = wst;
+    st = st != SBN_STATUS_OK ? sbn_fail(st, "%s", keep) : wst;
   }
-  if (st != SBN_STATUS_OK) return st;
+  if (st != SBN_STATUS_OK) {
+    sbn_nn_grads_restore(dp->model);
+    return st;
+  }
   if (P > 1) {
     const float divisor = dp->opt.reduce == SBN_DP_REDUCE_AVERAGE ? (float)P : 1.0f;
     for (int k = 0; k < dp->nbuckets; k++) sbn_buckets_unpack(&dp->buckets[k], dp->params, divisor);
   }
   if (dx) *dx = grad_in;
+  dp->backward_failed = 0;
   return SBN_STATUS_OK;
 }
 
 sbn_status sbn_dp_step(sbn_dp *dp) {
   sbn_clear_error();
   if (!dp) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_step: wrapper is NULL");
+  /* The gradients are this rank's from before that backward, not reduced
+   * over the ranks: stepping would let the replicas drift apart. */
+  if (dp->backward_failed)
+    return sbn_fail(SBN_STATUS_BAD_STATE,
+                    "sbn_dp_step: the last sbn_dp_backward failed (its gradients were not reduced over the "
+                    "ranks); run a backward that succeeds before stepping");
   for (int i = 0; i < dp->num_optimizers; i++) {
     sbn_status st = sbn_nn_sgd_step(dp->optimizers[i]);
     if (st != SBN_STATUS_OK) return st;

@@ -7,7 +7,10 @@
  * collective: the peers get SBN_STATUS_PEER_FAILED and the group stays
  * usable (the next correct step works everywhere). With the SyncBN layers
  * on sub-groups of the wrapper's group, the peer waiting in a sub-group's
- * collective is released too. 3 thread ranks; under mpirun (built with
+ * collective is released too. Whatever failed, every
+ * rank's gradients are as before the failing call (they were not zero: a
+ * step ran first), and after a failed backward sbn_dp_step is refused until
+ * a backward succeeds. 3 thread ranks; under mpirun (built with
  * SBN_TEST_WITH_MPI), the same over the MPI processes. */
 #include <math.h>
 #include <stdio.h>
@@ -29,13 +32,33 @@ typedef struct outcome {
   sbn_status st;
   char msg[400];
   double seconds;
-  sbn_status after; /* a correct step afterwards (scenario 2 only) */
+  sbn_status after; /* a correct step afterwards (where the group stays usable) */
+  int warm_ok;      /* the step before the failing one succeeded */
+  int grads_kept;   /* the gradients are bitwise as before the failing call */
+  sbn_status step;  /* sbn_dp_step after a failed backward */
 } outcome;
 enum { SCENARIOS = 4 };
 static outcome res[SCENARIOS][MAXP];
 /* 0: Linear refuses x; 1: bad dy; 2: SyncBN refuses x; 3: as 0, the SyncBN
  * layers on sub-groups ({0, 1} and {2}) */
 static int scenario;
+
+static int group_stays_usable(void) { return scenario == 2; }
+static int fails_in_backward(void) { return scenario == 1; }
+
+/* Every parameter gradient of m, concatenated (malloc'ed), or NULL. */
+static float *grads_copy(sbn_module *m, int64_t *total) {
+  sbn_nn_entry *e;
+  int n;
+  *total = 0;
+  if (sbn_module_entries(&e, &n, m, SBN_NN_PARAMETERS) != SBN_STATUS_OK) return NULL;
+  for (int i = 0; i < n; i++) *total += e[i].numel;
+  float *g = malloc(sizeof(float) * (size_t)(*total + 1));
+  int64_t at = 0;
+  for (int i = 0; g && i < n; i++) memcpy(g + at, e[i].grad, sizeof(float) * (size_t)e[i].numel), at += e[i].numel;
+  free(e);
+  return g;
+}
 
 static double now(void) {
   struct timespec t;
@@ -93,18 +116,29 @@ static int rank_main(sbn_group *world, void *arg) {
   for (int i = 0; i < N * 8; i++) x[i] = (float)sin(1.0 + i + 7.0 * rank);
   for (int i = 0; i < N * OUT; i++) dy[i] = (float)cos(2.0 + i);
   const int bad = rank == BAD_RANK;
-  sbn_tensor tx = t2(x, N, bad && scenario != 1 ? IN + 1 : IN), ty, tdy = t2(dy, N, OUT);
+  sbn_tensor tx = t2(x, N, bad && (scenario == 0 || scenario == 2 || scenario == 3) ? IN + 1 : IN), ty, tdy = t2(dy, N, OUT);
   if (scenario == 3) sbn_group_set_timeout(sub, TIMEOUT_S);
   if (bad && scenario == 1) tdy.shape[1] = OUT + 1, tdy.shape[0] = N - 1; /* same bytes, wrong shape */
+  /* A correct step first, so that the gradients a failure must keep are not
+   * zero. */
+  sbn_tensor good_x = t2(x, N, IN), good_dy = t2(dy, N, OUT);
+  o->warm_ok = sbn_dp_forward(dp, &ty, &good_x) == SBN_STATUS_OK &&
+               sbn_dp_backward(dp, NULL, &good_dy) == SBN_STATUS_OK;
+  int64_t ng = 0, ng_after = 0;
+  float *before = grads_copy(model, &ng);
   double t0 = now();
   o->st = sbn_dp_forward(dp, &ty, &tx);
   if (o->st == SBN_STATUS_OK) o->st = sbn_dp_backward(dp, NULL, &tdy);
   o->seconds = now() - t0;
   snprintf(o->msg, sizeof o->msg, "%s", sbn_last_error());
-  if (scenario == 2) { /* the group is usable: a correct step everywhere */
-    tx = t2(x, N, IN), tdy = t2(dy, N, OUT);
-    o->after = sbn_dp_forward(dp, &ty, &tx);
-    if (o->after == SBN_STATUS_OK) o->after = sbn_dp_backward(dp, NULL, &tdy);
+  float *after = grads_copy(model, &ng_after);
+  o->grads_kept = before && after && ng == ng_after && !memcmp(before, after, sizeof(float) * (size_t)ng);
+  free(before), free(after);
+  if (fails_in_backward()) o->step = sbn_dp_step(dp);
+  if (group_stays_usable()) { /* a correct step everywhere, and stepping is allowed again */
+    o->after = sbn_dp_forward(dp, &ty, &good_x);
+    if (o->after == SBN_STATUS_OK) o->after = sbn_dp_backward(dp, NULL, &good_dy);
+    if (o->after == SBN_STATUS_OK) o->after = sbn_dp_step(dp);
   }
   sbn_dp_destroy(dp);
   sbn_module_destroy(model);
@@ -120,18 +154,22 @@ static int judge(int n) {
   int failures = 0;
   for (int r = 0; r < n; r++) {
       const outcome *o = &res[scenario][r];
-      const sbn_status want = r == BAD_RANK ? SBN_STATUS_INVALID_ARGUMENT
-                              : scenario == 2 ? SBN_STATUS_PEER_FAILED
-                                              : SBN_STATUS_GROUP_BROKEN;
-      int ok = o->st == want && o->seconds < LIMIT_S;
+      const sbn_status want = r == BAD_RANK        ? SBN_STATUS_INVALID_ARGUMENT
+                              : group_stays_usable() ? SBN_STATUS_PEER_FAILED
+                                                     : SBN_STATUS_GROUP_BROKEN;
+      int ok = o->st == want && o->seconds < LIMIT_S && o->warm_ok && o->grads_kept;
       if (r != BAD_RANK) ok = ok && strstr(o->msg, "rank 1") != NULL;
       if (r != BAD_RANK && (scenario == 0 || scenario == 3))
         ok = ok && strstr(o->msg, "Linear") != NULL; /* the reason travels */
-      if (scenario == 2) ok = ok && o->after == SBN_STATUS_OK;
+      if (fails_in_backward()) ok = ok && o->step == SBN_STATUS_BAD_STATE;
+      if (group_stays_usable()) ok = ok && o->after == SBN_STATUS_OK;
       failures += !ok;
-      printf("%-4s %-28s rank %d: %-28s in %.3f s (limit %.0f s, timeout %.0f s)%s%s: \"%.150s\"\n",
+      printf("%-4s %-28s rank %d: %-28s in %.3f s (limit %.0f s, timeout %.0f s), gradients %s%s%s%s%s: "
+             "\"%.150s\"\n",
              ok ? "ok" : "FAIL", what[scenario], r, sbn_status_name(o->st), o->seconds, LIMIT_S, TIMEOUT_S,
-             scenario == 2 ? ", next step " : "", scenario == 2 ? sbn_status_name(o->after) : "", o->msg);
+             o->grads_kept ? "kept" : "CHANGED", fails_in_backward() ? ", step " : "",
+             fails_in_backward() ? sbn_status_name(o->step) : "", group_stays_usable() ? ", next step " : "",
+             group_stays_usable() ? sbn_status_name(o->after) : "", o->msg);
   }
   return failures;
 }
