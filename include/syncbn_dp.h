@@ -64,9 +64,12 @@ SBN_API sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *cons
 /* The model's forward (y is a view, as sbn_module_forward). */
 SBN_API sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x);
 /* The model's backward and the gradient all-reduce (collective). dx may be
- * NULL. On return every rank holds the same reduced gradients. On failure
- * the gradients are as before the call (see sbn_module_backward), not
- * reduced. */
+ * NULL. On return every rank holds the same reduced gradients.
+ * Its preconditions (a successful forward to differentiate, dy not NULL)
+ * are agreed on first: a rank that misses one gets SBN_STATUS_BAD_STATE or
+ * INVALID_ARGUMENT, the others SBN_STATUS_PEER_FAILED naming it, and the
+ * groups stay usable. On failure the gradients are as before the call (see
+ * sbn_module_backward), not reduced. */
 SBN_API sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy);
 /* Step every optimizer; counts a training step. Refused with
  * SBN_STATUS_BAD_STATE (nothing stepped) while the last sbn_dp_backward

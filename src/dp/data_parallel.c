@@ -342,6 +342,22 @@ static sbn_status launch_ready(sbn_dp *dp, int done) {
   return SBN_STATUS_OK;
 }
 
+/* What backward needs of this rank before anything moves. Checked on every
+ * rank and agreed on, so that a misuse (no forward to differentiate, no dy)
+ * fails on every rank together and leaves the groups usable, whether every
+ * rank made it or only some: without the agreement the ranks that made it
+ * would give up on the groups (their peers could be waiting in a
+ * collective), breaking them for everyone. */
+static sbn_status backward_ready(sbn_dp *dp, const sbn_tensor *dy) {
+  static const char call[] = "sbn_dp_backward";
+  sbn_status st = SBN_STATUS_OK;
+  if (!dy) st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: dy is NULL", call);
+  else if (!sbn_nn_has_forward(dp->model))
+    st = sbn_fail(SBN_STATUS_BAD_STATE,
+                  "%s: the model has no successful forward to differentiate (call sbn_dp_forward first)", call);
+  return sbn_group_size(dp->group) > 1 ? agree(dp->group, st, call) : st;
+}
+
 /* The model's backward with buckets launched as they complete. */
 static sbn_status backward_and_launch(sbn_dp *dp, sbn_tensor *grad_in, const sbn_tensor *dy) {
   const int P = sbn_group_size(dp->group);
@@ -366,15 +382,16 @@ static sbn_status backward_and_launch(sbn_dp *dp, sbn_tensor *grad_in, const sbn
 
 sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
   sbn_clear_error();
-  if (!dp || !dy)
-    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_backward: %s is NULL", dp ? "dy" : "wrapper");
+  if (!dp) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_backward: wrapper is NULL");
   dp->backward_failed = 1; /* until it succeeds */
+  sbn_status st = backward_ready(dp, dy);
+  if (st != SBN_STATUS_OK) return st;
   for (int k = 0; k < dp->nbuckets; k++) dp->buckets[k].launched = 0;
   const int P = sbn_group_size(dp->group);
   const uint64_t told = sbn_failures_told();
   /* A failed call changes no gradient: the model's backward accumulates
    * into them before a later module or the all-reduce may still fail. */
-  sbn_status st = sbn_nn_grads_save(dp->model);
+  st = sbn_nn_grads_save(dp->model);
   if (st != SBN_STATUS_OK) return give_up_if_untold(dp, st, told);
   sbn_tensor grad_in;
   st = backward_and_launch(dp, &grad_in, dy);

@@ -7,7 +7,10 @@
  * collective: the peers get SBN_STATUS_PEER_FAILED and the group stays
  * usable (the next correct step works everywhere). With the SyncBN layers
  * on sub-groups of the wrapper's group, the peer waiting in a sub-group's
- * collective is released too. Whatever failed, every
+ * collective is released too. Backward's own preconditions are agreed on:
+ * sbn_dp_backward before any forward on every rank is SBN_STATUS_BAD_STATE
+ * everywhere, a NULL dy on one rank fails there and is PEER_FAILED on the
+ * others, and either way the group stays usable. Whatever failed, every
  * rank's gradients are as before the failing call (they were not zero: a
  * step ran first), and after a failed backward sbn_dp_step is refused until
  * a backward succeeds. 3 thread ranks; under mpirun (built with
@@ -37,14 +40,15 @@ typedef struct outcome {
   int grads_kept;   /* the gradients are bitwise as before the failing call */
   sbn_status step;  /* sbn_dp_step after a failed backward */
 } outcome;
-enum { SCENARIOS = 4 };
+enum { SCENARIOS = 6 };
 static outcome res[SCENARIOS][MAXP];
 /* 0: Linear refuses x; 1: bad dy; 2: SyncBN refuses x; 3: as 0, the SyncBN
- * layers on sub-groups ({0, 1} and {2}) */
+ * layers on sub-groups ({0, 1} and {2}); 4: backward before any forward on
+ * every rank; 5: dy NULL on rank 1 */
 static int scenario;
 
-static int group_stays_usable(void) { return scenario == 2; }
-static int fails_in_backward(void) { return scenario == 1; }
+static int group_stays_usable(void) { return scenario == 2 || scenario == 4 || scenario == 5; }
+static int fails_in_backward(void) { return scenario == 1 || scenario == 4 || scenario == 5; }
 
 /* Every parameter gradient of m, concatenated (malloc'ed), or NULL. */
 static float *grads_copy(sbn_module *m, int64_t *total) {
@@ -120,15 +124,15 @@ static int rank_main(sbn_group *world, void *arg) {
   if (scenario == 3) sbn_group_set_timeout(sub, TIMEOUT_S);
   if (bad && scenario == 1) tdy.shape[1] = OUT + 1, tdy.shape[0] = N - 1; /* same bytes, wrong shape */
   /* A correct step first, so that the gradients a failure must keep are not
-   * zero. */
+   * zero (scenario 4 needs a model without a forward: it starts cold). */
   sbn_tensor good_x = t2(x, N, IN), good_dy = t2(dy, N, OUT);
-  o->warm_ok = sbn_dp_forward(dp, &ty, &good_x) == SBN_STATUS_OK &&
-               sbn_dp_backward(dp, NULL, &good_dy) == SBN_STATUS_OK;
+  o->warm_ok = scenario == 4 || (sbn_dp_forward(dp, &ty, &good_x) == SBN_STATUS_OK &&
+                                 sbn_dp_backward(dp, NULL, &good_dy) == SBN_STATUS_OK);
   int64_t ng = 0, ng_after = 0;
   float *before = grads_copy(model, &ng);
   double t0 = now();
-  o->st = sbn_dp_forward(dp, &ty, &tx);
-  if (o->st == SBN_STATUS_OK) o->st = sbn_dp_backward(dp, NULL, &tdy);
+  o->st = scenario == 4 ? SBN_STATUS_OK : sbn_dp_forward(dp, &ty, &tx);
+  if (o->st == SBN_STATUS_OK) o->st = sbn_dp_backward(dp, NULL, scenario == 5 && bad ? NULL : &tdy);
   o->seconds = now() - t0;
   snprintf(o->msg, sizeof o->msg, "%s", sbn_last_error());
   float *after = grads_copy(model, &ng_after);
@@ -147,18 +151,21 @@ static int rank_main(sbn_group *world, void *arg) {
 }
 
 static const char *const what[SCENARIOS] = {"Linear refuses x on rank 1", "bad dy on rank 1",
-                                            "SyncBN refuses x on rank 1", "as the first, sub-group SyncBN"};
+                                            "SyncBN refuses x on rank 1", "as the first, sub-group SyncBN",
+                                            "backward before forward", "dy NULL on rank 1"};
 
 /* The outcomes of one scenario on ranks 0..n-1: how many checks failed. */
 static int judge(int n) {
   int failures = 0;
   for (int r = 0; r < n; r++) {
       const outcome *o = &res[scenario][r];
-      const sbn_status want = r == BAD_RANK        ? SBN_STATUS_INVALID_ARGUMENT
+      const sbn_status want = scenario == 4          ? SBN_STATUS_BAD_STATE /* every rank's own error */
+                              : r == BAD_RANK        ? SBN_STATUS_INVALID_ARGUMENT
                               : group_stays_usable() ? SBN_STATUS_PEER_FAILED
                                                      : SBN_STATUS_GROUP_BROKEN;
       int ok = o->st == want && o->seconds < LIMIT_S && o->warm_ok && o->grads_kept;
-      if (r != BAD_RANK) ok = ok && strstr(o->msg, "rank 1") != NULL;
+      if (r != BAD_RANK && scenario != 4) ok = ok && strstr(o->msg, "rank 1") != NULL;
+      if (scenario == 4) ok = ok && strstr(o->msg, "no successful forward") != NULL;
       if (r != BAD_RANK && (scenario == 0 || scenario == 3))
         ok = ok && strstr(o->msg, "Linear") != NULL; /* the reason travels */
       if (fails_in_backward()) ok = ok && o->step == SBN_STATUS_BAD_STATE;
