@@ -29,6 +29,7 @@ struct sbn_dp {
   int nbuckets;
   int64_t steps;
   int backward_failed;    /* the last sbn_dp_backward failed: sbn_dp_step is refused */
+  double *agree_flags;    /* P doubles: backward's agreement on its preconditions */
 };
 
 sbn_dp_fault sbn_dp_test_fault = SBN_DP_FAULT_NONE;
@@ -84,10 +85,11 @@ static sbn_status check_sync_groups(sbn_module *m, const char *prefix, sbn_group
 
 /* Make a local verdict collective: every rank learns whether any failed.
  * Returns the local status if it failed, PEER_FAILED naming the first
- * failing rank otherwise. */
-static sbn_status agree(sbn_group *g, sbn_status local, const char *what) {
+ * failing rank otherwise. `scratch`: P doubles (the wrapper's own
+ * for every backward, so that a step allocates nothing), or NULL. */
+static sbn_status agree_in(sbn_group *g, sbn_status local, const char *what, double *scratch) {
   int P = sbn_group_size(g), me = sbn_group_rank(g);
-  double *flags = calloc((size_t)P, sizeof *flags);
+  double *flags = scratch ? memset(scratch, 0, sizeof *scratch * (size_t)P) : calloc((size_t)P, sizeof *flags);
   if (!flags) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", what);
   char keep[1024];
   snprintf(keep, sizeof keep, "%s", sbn_last_error());
@@ -100,7 +102,7 @@ static sbn_status agree(sbn_group *g, sbn_status local, const char *what) {
       nfailed++;
       if (first < 0) first = r, theirs = (sbn_status)(int)(flags[r] - 1.0);
     }
-  free(flags);
+  if (!scratch) free(flags);
   if (local != SBN_STATUS_OK) return sbn_fail(local, "%s", keep);
   if (st != SBN_STATUS_OK) return st;
   if (first >= 0)
@@ -108,6 +110,8 @@ static sbn_status agree(sbn_group *g, sbn_status local, const char *what) {
                     sbn_status_name(theirs), nfailed, P);
   return SBN_STATUS_OK;
 }
+
+static sbn_status agree(sbn_group *g, sbn_status local, const char *what) { return agree_in(g, local, what, NULL); }
 
 /* What rank 0's broadcast of an entry assumes of the other ranks' entry. */
 typedef struct {
@@ -174,7 +178,7 @@ static void dp_free(sbn_dp *dp) {
   sbn_worker_stop(dp->worker);
   sbn_group_destroy(dp->comm_group);
   sbn_buckets_free(dp->buckets, dp->nbuckets);
-  free(dp->params), free(dp->child_index), free(dp->optimizers);
+  free(dp->params), free(dp->child_index), free(dp->optimizers), free(dp->agree_flags);
   free(dp);
 }
 
@@ -232,7 +236,9 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
     dp->opt = options ? *options : sbn_dp_options_default();
     dp->params = calloc((size_t)(nentries + 1), sizeof *dp->params);
     dp->child_index = calloc((size_t)(nentries + 1), sizeof *dp->child_index);
-    if (!dp->params || !dp->child_index) st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+    dp->agree_flags = calloc((size_t)sbn_group_size(group), sizeof *dp->agree_flags);
+    if (!dp->params || !dp->child_index || !dp->agree_flags)
+      st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   }
   st = agree(group, st, call);
   if (st == SBN_STATUS_OK) st = same_entries(group, dp, entries, nentries);
@@ -355,7 +361,7 @@ static sbn_status backward_ready(sbn_dp *dp, const sbn_tensor *dy) {
   else if (!sbn_nn_has_forward(dp->model))
     st = sbn_fail(SBN_STATUS_BAD_STATE,
                   "%s: the model has no successful forward to differentiate (call sbn_dp_forward first)", call);
-  return sbn_group_size(dp->group) > 1 ? agree(dp->group, st, call) : st;
+  return sbn_group_size(dp->group) > 1 ? agree_in(dp->group, st, call, dp->agree_flags) : st;
 }
 
 /* The model's backward with buckets launched as they complete. */
