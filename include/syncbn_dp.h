@@ -48,7 +48,8 @@ typedef struct sbn_dp_options {
   size_t bucket_bytes;                 /* default 4 MiB; 0: one bucket per parameter */
   sbn_dp_reduce reduce;                /* default AVERAGE */
   int overlap;                         /* default 1: all-reduce on a communication thread */
-  const char *const *params_to_ignore; /* full names, "{module_name}.{param_name}" */
+  const char *const *params_to_ignore; /* full names, "{module_name}.{param_name}"; a name
+                                        * the model lacks is INVALID_ARGUMENT */
   int num_params_to_ignore;
 } sbn_dp_options;
 

@@ -83,6 +83,24 @@ static sbn_status check_sync_groups(sbn_module *m, const char *prefix, sbn_group
   return SBN_STATUS_OK;
 }
 
+/* Every name in params_to_ignore names an entry of the model: a misspelt
+ * one would otherwise be averaged silently. */
+static sbn_status ignore_list_known(const sbn_dp_options *o, const sbn_nn_entry *entries, int nentries,
+                                    const char *call) {
+  for (int i = 0; i < o->num_params_to_ignore; i++) {
+    const char *name = o->params_to_ignore[i];
+    if (!name) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: options.params_to_ignore[%d] is NULL", call, i);
+    int found = 0;
+    for (int j = 0; j < nentries && !found; j++) found = !strcmp(entries[j].name, name);
+    if (!found)
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "%s: options.params_to_ignore[%d] = '%s' names no parameter or buffer of the model "
+                      "(full names such as '%s')",
+                      call, i, name, nentries > 0 ? entries[0].name : "");
+  }
+  return SBN_STATUS_OK;
+}
+
 /* Make a local verdict collective: every rank learns whether any failed.
  * Returns the local status if it failed, PEER_FAILED naming the first
  * failing rank otherwise. `scratch`: P doubles (the wrapper's own
@@ -240,6 +258,7 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
     if (!dp->params || !dp->child_index || !dp->agree_flags)
       st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   }
+  if (st == SBN_STATUS_OK) st = ignore_list_known(&dp->opt, entries, nentries, call);
   st = agree(group, st, call);
   if (st == SBN_STATUS_OK) st = same_entries(group, dp, entries, nentries);
 

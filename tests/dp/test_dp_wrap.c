@@ -47,10 +47,19 @@ static int rank_main(sbn_group *world, void *arg) {
 
   sbn_dp_options o = sbn_dp_options_default();
   o.bucket_bytes = 1024;
-  o.params_to_ignore = ignored;
-  o.num_params_to_ignore = 1;
   sbn_dp *dp;
+  /* A misspelt name (on one rank) is refused on every rank, naming it; nothing changes. */
+  static const char *misspelt[1] = {"fc.wieght"};
+  o.params_to_ignore = rank == 1 ? misspelt : ignored;
+  o.num_params_to_ignore = 1;
   sbn_status st = sbn_dp_wrap(&dp, model, &sgd, 1, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, world, &o);
+  if (rank == 0) printf("params_to_ignore misspelt on rank 1 -> rank 0: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  if (rank == 1) printf("params_to_ignore misspelt on rank 1 -> rank 1: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  EXPECT(st == (rank == 1 ? SBN_STATUS_INVALID_ARGUMENT : SBN_STATUS_PEER_FAILED) &&
+             (rank != 1 || strstr(sbn_last_error(), "fc.wieght")) && sbn_module_is_wrapped(model) == 0,
+         "misspelt params_to_ignore: %s %s\n", sbn_status_name(st), sbn_last_error());
+  o.params_to_ignore = ignored;
+  st = sbn_dp_wrap(&dp, model, &sgd, 1, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, world, &o);
   EXPECT(st == SBN_STATUS_OK, "wrap: %s\n", sbn_last_error());
   if (st != SBN_STATUS_OK) return 1;
   EXPECT(sbn_dp_num_buckets(dp) > 3, "expected several 1 KiB buckets, got %d\n", sbn_dp_num_buckets(dp));
