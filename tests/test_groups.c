@@ -249,11 +249,47 @@ static int split_against_others(void) {
   return bad;
 }
 
+/* A rank function that returns at once (its world is then destroyed): the
+ * others' next collective fails promptly naming it, not after the timeout. */
+static sbn_status left_status[3];
+static char left_msg[3][600];
+static double left_took[3];
+static int leave_early_main(sbn_group *w, void *arg) {
+  (void)arg;
+  const int rank = sbn_group_rank(w);
+  if (rank == 1) {
+    usleep(50000); /* rank 0 is waiting by then */
+    return 0;
+  }
+  sbn_group_set_timeout(w, 30);
+  if (rank == 2) usleep(150000); /* arrives after the departure */
+  const double t0 = now_s();
+  left_status[rank] = sbn_group_barrier(w);
+  left_took[rank] = now_s() - t0;
+  snprintf(left_msg[rank], sizeof left_msg[rank], "%s", sbn_last_error());
+  return 0;
+}
+
+static int rank_leaves_early(void) {
+  snprintf(scenario, sizeof scenario, "3 ranks, rank 1 returns at once");
+  alarm(20);
+  sbn_status st = sbn_team_run(3, leave_early_main, NULL);
+  alarm(0);
+  int bad = st != SBN_STATUS_OK;
+  for (int r = 0; r < 3; r += 2) {
+    printf("  rank 1 returned at once: rank %d's barrier -> %s after %.3f s: %s\n", r, sbn_status_name(left_status[r]),
+           left_took[r], left_msg[r]);
+    bad |= left_status[r] != SBN_STATUS_GROUP_BROKEN || left_took[r] > PROMPT_S || !strstr(left_msg[r], "rank 1 left");
+  }
+  return bad;
+}
+
 int main(void) {
   sbn_status st = sbn_team_run(P, rank_main, NULL);
   int bad = st != SBN_STATUS_OK;
   for (int r = 0; r < P; r++) bad |= errors[r] != 0;
   bad |= split_against_others() != 0;
+  bad |= rank_leaves_early() != 0;
   printf(bad ? "FAILED (%s)\n" : "group checks passed (%s)\n", sbn_status_name(st));
   return bad;
 }

@@ -375,8 +375,18 @@ static sbn_status threads_split(sbn_group **out, sbn_group *g, int color, int ke
 }
 
 static void threads_destroy(sbn_group *g) {
-  if (((rendezvous *)g->impl)->is_world) __atomic_fetch_sub(&ranks_alive, 1, __ATOMIC_RELAXED);
-  rv_release(g->impl);
+  rendezvous *rv = g->impl;
+  if (rv->is_world) __atomic_fetch_sub(&ranks_alive, 1, __ATOMIC_RELAXED);
+  /* A rank that lets go of its handle never takes part in a collective of
+   * the group again: a peer waiting for it, now or later, fails at once
+   * naming it, instead of after the timeout (a rank function that returned
+   * early from sbn_team_run, whose world is then destroyed). Ranks that
+   * destroy their handles at the end never look at the group again. */
+  char msg[400];
+  snprintf(msg, sizeof msg, "group '%s' (threads, %d ranks): rank %d left the group (its handle was destroyed) "
+           "and takes part in no further collective", g->name, g->size, g->rank);
+  rv_break(rv, SBN_STATUS_GROUP_BROKEN, msg);
+  rv_release(rv);
 }
 
 static void threads_abort(sbn_group *g, const char *why) {
