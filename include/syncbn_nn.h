@@ -13,7 +13,10 @@
  * of that module (or its destruction); backward() does the same for *dx.
  * The caller's input x must stay alive and unchanged until the backward of
  * that forward (like sbn_bn_backward, the modules keep a pointer, not a
- * copy). Gradients of parameters ACCUMULATE (+=) as in PyTorch; call
+ * copy). A view a module returned may be passed back to it (y2 = f(y), a
+ * block applied twice; its dx as dy or as the next x): the module then
+ * writes a second buffer of its own, so the values are those of a copy and
+ * the input stays intact for backward. Gradients of parameters ACCUMULATE (+=) as in PyTorch; call
  * sbn_module_zero_grad before each step. Input tensors: float32, CPU,
  * channels-first (PyTorch's contiguous layout).
  *

@@ -380,6 +380,8 @@ static sbn_status backward_ready(sbn_dp *dp, const sbn_tensor *dy) {
   else if (!sbn_nn_has_forward(dp->model))
     st = sbn_fail(SBN_STATUS_BAD_STATE,
                   "%s: the model has no successful forward to differentiate (call sbn_dp_forward first)", call);
+  else
+    st = sbn_nn_backward_prepare(dp->model, dy); /* dy's shape; dy or x in the model's own buffers */
   return sbn_group_size(dp->group) > 1 ? agree_in(dp->group, st, call, dp->agree_flags) : st;
 }
 

@@ -9,6 +9,10 @@
 
 /* 1 when m's most recent forward succeeded (its backward may run). */
 int sbn_nn_has_forward(const sbn_module *m);
+/* What sbn_module_backward does before it saves gradients: check that m
+ * has a forward and dy its output's shape, and point the modules whose
+ * input-gradient buffers hold dy or the forward's x at their second ones. */
+sbn_status sbn_nn_backward_prepare(sbn_module *m, const sbn_tensor *dy);
 /* Backward without clearing the error and without saving gradients. */
 sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy);
 /* Remember every gradient of the tree that a backward may change (those of

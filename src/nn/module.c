@@ -1,6 +1,7 @@
 /* The module tree: allocation, children, train/eval, the checked
  * forward/backward entry points, zero_grad, requires_grad, the wrapped flag,
  * and listing parameters and buffers under PyTorch's state-dict names. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,7 @@ void sbn_nn_module_free(sbn_module *m) {
   }
   free(m->child), free(m->child_name);
   if (m->ops && m->ops->destroy) m->ops->destroy(m);
-  free(m->out.p), free(m->dx.p), free(m->saved.p);
+  free(m->out.p), free(m->dx.p), free(m->saved.p), free(m->out_spare.p), free(m->dx_spare.p);
   free(m);
 }
 
@@ -235,7 +236,7 @@ sbn_status sbn_nn_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x) {
   return SBN_STATUS_OK;
 }
 
-sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy) {
+static sbn_status check_backward(sbn_module *m, const sbn_tensor *dy) {
   static const char call[] = "sbn_module_backward";
   if (!m->have_fwd)
     return sbn_fail(SBN_STATUS_BAD_STATE, "%s: %s has no successful forward to differentiate", call,
@@ -250,12 +251,74 @@ sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy) 
                     sbn_module_kind_name(m->kind), sbn_nn_shape_str(a, sizeof a, dy->ndim, dy->shape),
                     sbn_nn_shape_str(b, sizeof b, m->y.ndim, m->y.shape));
   }
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy) {
+  sbn_status st = check_backward(m, dy);
+  if (st != SBN_STATUS_OK) return st;
   return m->ops->backward(m, dx, dy);
+}
+
+/* ---- inputs that lie in the module's own buffers ----
+ * A forward writes the output buffers of the module and of its descendants,
+ * a backward their input-gradient buffers. A caller may pass a view of such
+ * a buffer back in (a block applied to its own output, y = f(f(x)); a
+ * gradient fed back): writing it would overwrite the values being read, and
+ * the input must also stay intact until the backward. Such a module writes
+ * its second buffer instead and keeps the first, which holds the input.
+ * The normal path only compares addresses; nothing is copied. */
+
+static int tensor_in_buf(const sbn_tensor *t, const sbn_nn_buf *b) {
+  if (!t || !t->data || !b->p) return 0;
+  const uintptr_t tp = (uintptr_t)t->data, bp = (uintptr_t)b->p;
+  const uintptr_t tn = (uintptr_t)sbn_tensor_numel(t) * sizeof(float), bn = (uintptr_t)b->cap * sizeof(float);
+  return tn > 0 && tp < bp + bn && bp < tp + tn;
+}
+
+static void swap_bufs(sbn_nn_buf *a, sbn_nn_buf *b) {
+  sbn_nn_buf t = *a;
+  *a = *b, *b = t;
+}
+
+/* Forward has one input: it lies in at most one of the two buffers, so a
+ * swap always leaves a free one. */
+static void unalias_outputs(sbn_module *m, const sbn_tensor *x) {
+  if (tensor_in_buf(x, &m->out)) swap_bufs(&m->out, &m->out_spare);
+  for (int i = 0; i < m->nchild; i++) unalias_outputs(m->child[i], x);
+}
+
+/* Backward reads dy and the saved input x; when one lies in dx and the
+ * other in the spare, no buffer is free and the call is refused before
+ * anything is written. */
+static sbn_status unalias_grads(sbn_module *m, const sbn_tensor *dy, const sbn_tensor *x) {
+  if (tensor_in_buf(dy, &m->dx) || tensor_in_buf(x, &m->dx)) {
+    if (tensor_in_buf(dy, &m->dx_spare) || tensor_in_buf(x, &m->dx_spare))
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "sbn_module_backward: dy and the forward's input x both lie in input-gradient buffers "
+                      "of a %s that this backward writes (views returned by its earlier backward calls); "
+                      "copy one of them first",
+                      sbn_module_kind_name(m->kind));
+    swap_bufs(&m->dx, &m->dx_spare);
+  }
+  for (int i = 0; i < m->nchild; i++) {
+    sbn_status st = unalias_grads(m->child[i], dy, x);
+    if (st != SBN_STATUS_OK) return st;
+  }
+  return SBN_STATUS_OK;
+}
+
+sbn_status sbn_nn_backward_prepare(sbn_module *m, const sbn_tensor *dy) {
+  sbn_status st = check_backward(m, dy);
+  return st == SBN_STATUS_OK ? unalias_grads(m, dy, &m->x) : st;
 }
 
 sbn_status sbn_module_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x) {
   sbn_clear_error();
   if (!m || !y) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_forward: %s is NULL", m ? "y" : "module");
+  sbn_status st = check_tensor(x, "sbn_module_forward", "x");
+  if (st != SBN_STATUS_OK) return st;
+  unalias_outputs(m, x);
   return sbn_nn_forward(m, y, x);
 }
 
@@ -332,7 +395,8 @@ sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *
   sbn_clear_error();
   if (!m || !dx)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_backward: %s is NULL", m ? "dx" : "module");
-  sbn_status st = sbn_nn_grads_save(m);
+  sbn_status st = sbn_nn_backward_prepare(m, dy);
+  if (st == SBN_STATUS_OK) st = sbn_nn_grads_save(m);
   if (st != SBN_STATUS_OK) return st;
   st = sbn_nn_backward(m, dx, dy);
   if (st != SBN_STATUS_OK) sbn_nn_grads_restore(m);

@@ -53,6 +53,9 @@ struct sbn_module {
   int have_fwd;
   sbn_nn_buf out, dx; /* module-owned output and input gradient */
   sbn_nn_buf saved;   /* gradients saved while a backward from this module runs */
+  /* Second buffers, allocated only when a call's input lies in out or dx
+   * (see unalias in module.c); they then hold that input. */
+  sbn_nn_buf out_spare, dx_spare;
 };
 
 /* Allocate a module (training mode, no children); NULL on OOM. */

@@ -1,6 +1,6 @@
 /* A rank whose forward or backward fails on its own, where no collective
  * carries the failure to its peers (a Linear before the first SyncBN layer
- * refuses the input; a dy of the wrong shape), must not leave them waiting
+ * refuses the input), must not leave them waiting
  * until their timeout (60 s here): it leaves the wrapper's groups, and the
  * peers' waits fail at once with SBN_STATUS_GROUP_BROKEN naming the rank and
  * its error. A bad input to a SyncBN layer itself is carried by that layer's
@@ -9,8 +9,8 @@
  * on sub-groups of the wrapper's group, the peer waiting in a sub-group's
  * collective is released too. Backward's own preconditions are agreed on:
  * sbn_dp_backward before any forward on every rank is SBN_STATUS_BAD_STATE
- * everywhere, a NULL dy on one rank fails there and is PEER_FAILED on the
- * others, and either way the group stays usable. Whatever failed, every
+ * everywhere, a NULL dy or a dy of the wrong shape on one rank fails there
+ * and is PEER_FAILED on the others, and either way the group stays usable. Whatever failed, every
  * rank's gradients are as before the failing call (they were not zero: a
  * step ran first), and after a failed backward sbn_dp_step is refused until
  * a backward succeeds. 3 thread ranks; under mpirun (built with
@@ -47,7 +47,7 @@ static outcome res[SCENARIOS][MAXP];
  * every rank; 5: dy NULL on rank 1 */
 static int scenario;
 
-static int group_stays_usable(void) { return scenario == 2 || scenario == 4 || scenario == 5; }
+static int group_stays_usable(void) { return scenario == 1 || scenario == 2 || scenario == 4 || scenario == 5; }
 static int fails_in_backward(void) { return scenario == 1 || scenario == 4 || scenario == 5; }
 
 /* Every parameter gradient of m, concatenated (malloc'ed), or NULL. */

@@ -1,6 +1,9 @@
 /* Finite-difference gradient checks of every layer of the module layer, the
  * cross-entropy loss and the whole reference network; PyTorch's input
- * checks; requires_grad; the SGD update rule against a float64 replay.
+ * checks; requires_grad; the SGD update rule against a float64 replay;
+ * inputs that lie in the module's own buffers (its output fed back in, a
+ * gradient it returned passed as dy or as the next input) give the same
+ * bits as copies of those inputs.
  *
  * Method: L = sum_i r_i y_i (r random, double accumulation) or the
  * cross-entropy of the output. For a sample of elements v of x and of every
@@ -26,6 +29,10 @@
 #include <string.h>
 
 #include "nn_testutil.h"
+
+static sbn_tensor view_of(float *p, int ndim, const int64_t *shape) {
+  return sbn_tensor_cpu(p, ndim, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+}
 
 #define FD_TOL 2e-3
 #define FD_SAMPLES 16
@@ -424,6 +431,180 @@ static int sgd_checks(rng *r) {
   return bad;
 }
 
+/* ---- inputs in the module's own buffers ---- */
+
+/* A copy of a tensor's values (the reference input), owned by the caller. */
+static sbn_tensor copy_tensor(const sbn_tensor *t) {
+  const int64_t n = sbn_tensor_numel(t);
+  float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  memcpy(p, t->data, sizeof(float) * (size_t)n);
+  return view_of(p, t->ndim, t->shape);
+}
+
+static sbn_tensor pattern_like(const sbn_tensor *t, float *buf, float scale) {
+  const int64_t n = sbn_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) buf[i] = scale * (float)((i * 7 % 11) - 5) / 5.0f;
+  return view_of(buf, t->ndim, t->shape);
+}
+
+/* What a sequence of calls leaves: the last output, the last input
+ * gradient and the tree's state and gradients. */
+typedef struct alias_result {
+  sbn_tensor y, dx;
+  nn_snapshot state;
+} alias_result;
+
+static void alias_result_free(alias_result *r) {
+  free(r->y.data), free(r->dx.data);
+  nn_snapshot_free(&r->state);
+}
+
+static int same_tensor(const char *what, const sbn_tensor *a, const sbn_tensor *b) {
+  int same = a->ndim == b->ndim;
+  for (int i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
+  if (same) same = !memcmp(a->data, b->data, sizeof(float) * (size_t)sbn_tensor_numel(a));
+  if (!same) printf("  FAIL: %s differs from the run on copies\n", what);
+  return !same;
+}
+
+/* Three uses, each run twice from the same state: on copies of the inputs
+ * (the reference) and on the module's own views.
+ *   own_output: y1 = f(x); y2 = f(y1); dx = f'(dy)
+ *   own_dx_as_dy: y = f(x); d1 = f'(dy0); y = f(x); dx = f'(d1)   (y's shape == x's)
+ *   own_dx_as_x: y = f(x); d1 = f'(dy0); y2 = f(d1); dx = f'(dy) */
+enum { OWN_OUTPUT, OWN_DX_AS_DY, OWN_DX_AS_X };
+static const char *const use_names[] = {"its output as the next input", "its input gradient as dy",
+                                        "its input gradient as the next input"};
+
+static sbn_status alias_run(sbn_module *m, const nn_snapshot *s0, const sbn_tensor *x, int use, int copies,
+                            alias_result *out) {
+  nn_snapshot_restore(s0, m);
+  sbn_status st = sbn_module_zero_grad(m);
+  sbn_tensor y, y2, d1, dx, in;
+  float dyb[4096], dyb0[4096];
+  if (st == SBN_STATUS_OK) st = sbn_module_forward(m, &y, x);
+  if (st != SBN_STATUS_OK) return st;
+  sbn_tensor dy0 = pattern_like(&y, dyb0, 1.0f), c = {0};
+  if (use == OWN_OUTPUT) {
+    in = copies ? (c = copy_tensor(&y)) : y;
+    st = sbn_module_forward(m, &y2, &in);
+  } else {
+    st = sbn_module_backward(m, &d1, &dy0);
+    if (st == SBN_STATUS_OK) {
+      in = copies ? (c = copy_tensor(&d1)) : d1;
+      st = use == OWN_DX_AS_DY ? sbn_module_forward(m, &y2, x) : sbn_module_forward(m, &y2, &in);
+    }
+  }
+  sbn_tensor dy = use == OWN_DX_AS_DY ? in : pattern_like(&y2, dyb, 0.5f);
+  if (st == SBN_STATUS_OK) st = sbn_module_backward(m, &dx, &dy);
+  if (st == SBN_STATUS_OK) {
+    out->y = copy_tensor(&y2), out->dx = copy_tensor(&dx);
+    if (nn_snapshot_take(&out->state, m)) st = SBN_STATUS_INTERNAL;
+  }
+  free(c.data);
+  return st;
+}
+
+static int alias_case(const char *name, sbn_module *m, const float *xv, int ndim, const int64_t *shape) {
+  int bad = 0;
+  nn_snapshot s0;
+  if (nn_snapshot_take(&s0, m)) return 1;
+  sbn_tensor x = view_of((float *)xv, ndim, shape), y;
+  CHECK_OK(sbn_module_forward(m, &y, &x));
+  const int same_shape = y.ndim == ndim && !memcmp(y.shape, shape, sizeof(int64_t) * (size_t)ndim);
+  for (int use = OWN_OUTPUT; use <= OWN_DX_AS_X; use++) {
+    if (use == OWN_DX_AS_DY && !same_shape) continue;
+    alias_result ref = {0}, own = {0};
+    sbn_status st1 = alias_run(m, &s0, &x, use, 1, &ref);
+    sbn_status st2 = alias_run(m, &s0, &x, use, 0, &own);
+    char why[128] = "";
+    int b = st1 != SBN_STATUS_OK || st2 != SBN_STATUS_OK;
+    if (b) printf("  FAIL: status %s / %s: %s\n", sbn_status_name(st1), sbn_status_name(st2), sbn_last_error());
+    if (!b) b |= same_tensor("the output", &ref.y, &own.y) | same_tensor("dx", &ref.dx, &own.dx);
+    if (!b && nn_snapshot_diff(&ref.state, m, 1, why, sizeof why)) {
+      printf("  FAIL: state or gradient %s differs from the run on copies\n", why);
+      b = 1;
+    }
+    printf("  %-26s given %-38s: %s\n", name, use_names[use], b ? "FAIL" : "same bits as on copies");
+    bad |= b;
+    if (!st1) alias_result_free(&ref);
+    if (!st2) alias_result_free(&own);
+  }
+  nn_snapshot_free(&s0);
+  return bad;
+}
+
+/* dy in the current input-gradient buffer and the saved x in the other
+ * one: no buffer is free, so backward refuses before writing anything. */
+static int alias_refused(void) {
+  sbn_module *m;
+  float xv[8] = {1, 2, 3, 4, -1, 0.5f, 2, -3}, dyv[8] = {1, -1, 2, 0.5f, 1, 1, -2, 3};
+  int64_t sh[2] = {2, 4};
+  sbn_tensor x = view_of(xv, 2, sh), dy = view_of(dyv, 2, sh), y, d1, d2, d3;
+  CHECK_OK(sbn_nn_linear_create(&m, 4, 4, 1, 7));
+  CHECK_OK(sbn_module_forward(m, &y, &x));
+  CHECK_OK(sbn_module_backward(m, &d1, &dy));
+  CHECK_OK(sbn_module_forward(m, &y, &d1));  /* x lies in the dx buffer */
+  CHECK_OK(sbn_module_backward(m, &d2, &dy)); /* dx moves to the second buffer */
+  nn_snapshot s;
+  if (nn_snapshot_take(&s, m)) return 1;
+  int bad = expect(sbn_module_backward(m, &d3, &d2), SBN_STATUS_INVALID_ARGUMENT,
+                   "Linear backward, dy and x in both dx buffers");
+  bad |= !strstr(sbn_last_error(), "copy one of them first");
+  char why[128];
+  if (nn_snapshot_diff(&s, m, 1, why, sizeof why)) printf("  FAIL: %s changed\n", why), bad = 1;
+  nn_snapshot_free(&s);
+  sbn_module_destroy(m);
+  return bad;
+}
+
+static int alias_checks(rng *r) {
+  int bad = 0;
+  sbn_module *m, *a, *b;
+  float *x2 = rand_input(r, 6 * 4, 0.1), *x4 = rand_input(r, 2 * 3 * 4 * 4, 0.1);
+  int64_t s2[2] = {6, 4}, s4[4] = {2, 3, 4, 4};
+  sbn_bn_options o1 = sbn_bn_options_default(4), o3 = sbn_bn_options_default(3);
+  CHECK_OK(sbn_nn_linear_create(&m, 4, 4, 1, 11));
+  bad |= alias_case("Linear(4, 4)", m, x2, 2, s2);
+  sbn_module_destroy(m);
+  CHECK_OK(sbn_nn_conv2d_create(&m, 3, 3, 3, 1, 1, 1, 12));
+  bad |= alias_case("Conv2d(3, 3, 3, padding 1)", m, x4, 4, s4);
+  sbn_module_destroy(m);
+  CHECK_OK(sbn_nn_relu_create(&m));
+  bad |= alias_case("ReLU", m, x4, 4, s4);
+  sbn_module_destroy(m);
+  CHECK_OK(sbn_nn_maxpool2d_create(&m, 2, 2, 0));
+  bad |= alias_case("MaxPool2d(2)", m, x4, 4, s4);
+  sbn_module_destroy(m);
+  CHECK_OK(sbn_nn_global_avgpool_create(&m));
+  bad |= alias_case("AdaptiveAvgPool2d", m, x4, 4, s4);
+  sbn_module_destroy(m);
+  CHECK_OK(sbn_nn_batchnorm_create(&m, 1, &o1));
+  bad |= alias_case("BatchNorm1d(4)", m, x2, 2, s2);
+  sbn_module_destroy(m);
+  CHECK_OK(sbn_nn_batchnorm_create(&m, 2, &o3));
+  bad |= alias_case("BatchNorm2d(3)", m, x4, 4, s4);
+  sbn_module_destroy(m);
+  CHECK_OK(sbn_nn_basic_block_create(&m, 3, 3, 1, 13));
+  bad |= alias_case("BasicBlock(3, 3)", m, x4, 4, s4);
+  sbn_module_destroy(m);
+  /* The first child's input is the second child's output buffer. */
+  CHECK_OK(sbn_nn_sequential_create(&m));
+  CHECK_OK(sbn_nn_linear_create(&a, 4, 4, 1, 14));
+  CHECK_OK(sbn_nn_sequential_append(m, NULL, a));
+  CHECK_OK(sbn_nn_linear_create(&b, 4, 4, 0, 15));
+  CHECK_OK(sbn_nn_sequential_append(m, NULL, b));
+  CHECK_OK(sbn_nn_relu_create(&b));
+  CHECK_OK(sbn_nn_sequential_append(m, NULL, b));
+  CHECK_OK(sbn_nn_flatten_create(&b));
+  CHECK_OK(sbn_nn_sequential_append(m, NULL, b));
+  bad |= alias_case("Sequential(Linear x2, ReLU, Flatten)", m, x2, 2, s2);
+  sbn_module_destroy(m);
+  bad |= alias_refused();
+  free(x2), free(x4);
+  return bad;
+}
+
 int main(void) {
   rng r = rng_seed(5005);
   double worst = 0;
@@ -438,6 +619,8 @@ int main(void) {
   bad |= requires_grad_checks(&r);
   printf("SGD\n");
   bad |= sgd_checks(&r);
+  printf("inputs in the module's own buffers\n");
+  bad |= alias_checks(&r);
   printf("\nworst FD relative error %.2e (tol %.0e): %s\n", worst, FD_TOL, bad ? "FAILED" : "all ok");
   return bad ? 1 : 0;
 }
