@@ -105,6 +105,11 @@ SBN_API int sbn_module_is_wrapped(const sbn_module *m); /* this module or an anc
 /* State: parameters and buffers with PyTorch state-dict names              */
 /* ------------------------------------------------------------------------ */
 
+/* Full state-dict names have at most SBN_NN_NAME_MAX - 1 characters.
+ * Attaching a child (sbn_nn_sequential_append) whose name, path or
+ * subtree would make a longer one is refused (SBN_STATUS_INVALID_ARGUMENT
+ * naming the parent's path and the limit), so a model that was built can
+ * always be listed and saved. */
 #define SBN_NN_NAME_MAX 256
 
 typedef enum sbn_nn_entry_kind {
@@ -154,7 +159,8 @@ SBN_API int64_t sbn_module_num_parameters(sbn_module *m);
 /* A container running its children in order. */
 SBN_API sbn_status sbn_nn_sequential_create(sbn_module **out);
 /* Append child (ownership moves to seq; on failure it stays with the
- * caller). name NULL: its index ("0", "1", ...), as nn.Sequential. */
+ * caller). name NULL: its index ("0", "1", ...), as nn.Sequential.
+ * Refused when a state-dict name would exceed SBN_NN_NAME_MAX - 1. */
 SBN_API sbn_status sbn_nn_sequential_append(sbn_module *seq, const char *name, sbn_module *child);
 
 /* y = x W^T + b; x (N, in) or (*, in); weight (out, in), bias (out).

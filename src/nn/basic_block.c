@@ -111,15 +111,15 @@ sbn_status sbn_nn_basic_block_create(sbn_module **out, int64_t inplanes, int64_t
   sbn_bn_options o = sbn_bn_options_default(planes);
   sbn_module *c;
   sbn_status st = sbn_nn_conv2d_create(&c, inplanes, planes, 3, stride, 1, 0, seed);
-  if (st == SBN_STATUS_OK && (st = sbn_nn_add_child(m, "conv1", c)) != SBN_STATUS_OK) sbn_nn_module_free(c);
+  if (st == SBN_STATUS_OK && (st = sbn_nn_add_child(m, "conv1", c, call)) != SBN_STATUS_OK) sbn_nn_module_free(c);
   if (st == SBN_STATUS_OK && (st = sbn_nn_batchnorm_create(&c, 2, &o)) == SBN_STATUS_OK &&
-      (st = sbn_nn_add_child(m, "bn1", c)) != SBN_STATUS_OK)
+      (st = sbn_nn_add_child(m, "bn1", c, call)) != SBN_STATUS_OK)
     sbn_nn_module_free(c);
   if (st == SBN_STATUS_OK && (st = sbn_nn_conv2d_create(&c, planes, planes, 3, 1, 1, 0, seed + 1)) == SBN_STATUS_OK &&
-      (st = sbn_nn_add_child(m, "conv2", c)) != SBN_STATUS_OK)
+      (st = sbn_nn_add_child(m, "conv2", c, call)) != SBN_STATUS_OK)
     sbn_nn_module_free(c);
   if (st == SBN_STATUS_OK && (st = sbn_nn_batchnorm_create(&c, 2, &o)) == SBN_STATUS_OK &&
-      (st = sbn_nn_add_child(m, "bn2", c)) != SBN_STATUS_OK)
+      (st = sbn_nn_add_child(m, "bn2", c, call)) != SBN_STATUS_OK)
     sbn_nn_module_free(c);
   if (st == SBN_STATUS_OK && (stride != 1 || inplanes != planes)) {
     sbn_module *seq = NULL, *dc = NULL, *dbn = NULL;
@@ -130,7 +130,7 @@ sbn_status sbn_nn_basic_block_create(sbn_module **out, int64_t inplanes, int64_t
     if (st == SBN_STATUS_OK) st = sbn_nn_batchnorm_create(&dbn, 2, &o);
     if (st == SBN_STATUS_OK) st = sbn_nn_sequential_append(seq, NULL, dbn);
     if (st != SBN_STATUS_OK) sbn_nn_module_free(dbn);
-    if (st == SBN_STATUS_OK) st = sbn_nn_add_child(m, "downsample", seq);
+    if (st == SBN_STATUS_OK) st = sbn_nn_add_child(m, "downsample", seq, call);
     if (st != SBN_STATUS_OK) sbn_nn_module_free(seq);
   }
   if (st != SBN_STATUS_OK) {

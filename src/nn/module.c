@@ -53,19 +53,72 @@ sbn_nn_local *sbn_nn_find_local(sbn_module *m, const char *name) {
   return NULL;
 }
 
-sbn_status sbn_nn_add_child(sbn_module *m, const char *name, sbn_module *child) {
+/* ---- state-dict name lengths ----
+ * Every full name (module path, '.', local name) must fit in an entry's
+ * name[SBN_NN_NAME_MAX]. Checking when a child is attached keeps a model
+ * from being built whose checkpoint could not be written. */
+
+/* The longest name below m, relative to m ("layer1.0.bn1.running_mean"
+ * below the root), into buf (cap >= SBN_NN_NAME_MAX); returns its length.
+ * A module without state counts its path and the '.' that listing adds. */
+static size_t longest_below(const sbn_module *m, char *buf, size_t cap) {
+  size_t best = 0;
+  buf[0] = 0;
+  for (int i = 0; i < m->nlocal; i++)
+    if (strlen(m->local[i].name) > best) best = strlen(m->local[i].name), snprintf(buf, cap, "%s", m->local[i].name);
+  for (int i = 0; i < m->nchild; i++) {
+    char sub[SBN_NN_NAME_MAX];
+    const size_t n = strlen(m->child_name[i]) + 1 + longest_below(m->child[i], sub, sizeof sub);
+    /* A relative name fits by the same check when it was attached; cut
+     * the example short rather than trust that. */
+    if (n > best && snprintf(buf, cap, "%s.%s", m->child_name[i], sub) >= 0) best = n;
+  }
+  return best;
+}
+
+/* m's dotted path from its root into buf ("" for a root); the paths of
+ * attached modules are short enough by the check below. */
+static void module_path(char *buf, size_t cap, const sbn_module *m) {
+  buf[0] = 0;
+  if (!m->parent) return;
+  module_path(buf, cap, m->parent);
+  for (int i = 0; i < m->parent->nchild; i++)
+    if (m->parent->child[i] == m) {
+      size_t n = strlen(buf);
+      snprintf(buf + n, cap - n, "%s%s", n ? "." : "", m->parent->child_name[i]);
+    }
+}
+
+sbn_status sbn_nn_check_child_name(const sbn_module *m, const char *name, const sbn_module *child, const char *call) {
+  const size_t limit = SBN_NN_NAME_MAX - 1;
+  char prefix[SBN_NN_NAME_MAX], below[SBN_NN_NAME_MAX];
+  module_path(prefix, sizeof prefix, m);
+  const size_t plen = strlen(prefix), nlen = strlen(name);
+  const size_t full = (plen ? plen + 1 : 0) + nlen + 1 + longest_below(child, below, sizeof below);
+  if (full <= limit) return SBN_STATUS_OK;
+  return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                  "%s: the child \"%.48s%s\" (%zu characters) under %s%s%s would give state names of up to %zu "
+                  "characters, over the limit of %zu (SBN_NN_NAME_MAX - 1); use shorter names or less nesting "
+                  "(longest: \"%s%s%.48s%s%s%s\")",
+                  call, name, nlen > 48 ? "..." : "", nlen, plen ? "module \"" : "the root", prefix, plen ? "\"" : "",
+                  full, limit, prefix, plen ? "." : "", name, nlen > 48 ? "..." : "", below[0] ? "." : "", below);
+}
+
+sbn_status sbn_nn_add_child(sbn_module *m, const char *name, sbn_module *child, const char *call) {
+  sbn_status st = sbn_nn_check_child_name(m, name, child, call);
+  if (st != SBN_STATUS_OK) return st;
   if (m->nchild == m->child_cap) {
     int cap = m->child_cap ? 2 * m->child_cap : 4;
     sbn_module **c = realloc(m->child, sizeof *c * (size_t)cap);
-    if (!c) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "module: out of memory adding a child");
+    if (!c) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory adding a child", call);
     m->child = c;
     char **n = realloc(m->child_name, sizeof *n * (size_t)cap);
-    if (!n) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "module: out of memory adding a child");
+    if (!n) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory adding a child", call);
     m->child_name = n;
     m->child_cap = cap;
   }
   char *copy = strdup(name);
-  if (!copy) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "module: out of memory adding a child");
+  if (!copy) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory adding a child", call);
   m->child[m->nchild] = child;
   m->child_name[m->nchild] = copy;
   m->nchild++;
@@ -452,8 +505,10 @@ static sbn_status list_rec(lister *L, sbn_module *m, char *prefix, size_t plen) 
     sbn_nn_entry *e = &L->e[L->n];
     memset(e, 0, sizeof *e);
     if (plen + strlen(l->name) + 1 > SBN_NN_NAME_MAX)
-      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_entries: name %s%s longer than %d", prefix,
-                      l->name, SBN_NN_NAME_MAX - 1);
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "sbn_module_entries: the state name \"%s%s\" of a %s has %zu characters, over the limit of %d "
+                      "(SBN_NN_NAME_MAX - 1)",
+                      prefix, l->name, sbn_module_kind_name(m->kind), plen + strlen(l->name), SBN_NN_NAME_MAX - 1);
     memcpy(e->name, prefix, plen);
     memcpy(e->name + plen, l->name, strlen(l->name) + 1);
     e->kind = l->kind;
@@ -470,7 +525,11 @@ static sbn_status list_rec(lister *L, sbn_module *m, char *prefix, size_t plen) 
   for (int i = 0; i < m->nchild; i++) {
     size_t cl = strlen(m->child_name[i]);
     if (plen + cl + 2 > SBN_NN_NAME_MAX)
-      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_entries: module path too long");
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "sbn_module_entries: the path of child \"%.48s%s\" under %s%s%s has %zu characters, over the "
+                      "limit of %d for state names (SBN_NN_NAME_MAX - 1)",
+                      m->child_name[i], cl > 48 ? "..." : "", plen ? "module \"" : "the root",
+                      plen ? prefix : "", plen ? "\"" : "", plen + cl, SBN_NN_NAME_MAX - 1);
     memcpy(prefix + plen, m->child_name[i], cl);
     prefix[plen + cl] = '.';
     prefix[plen + cl + 1] = 0;

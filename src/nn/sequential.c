@@ -60,5 +60,5 @@ sbn_status sbn_nn_sequential_append(sbn_module *seq, const char *name, sbn_modul
   for (int i = 0; i < seq->nchild; i++)
     if (!strcmp(seq->child_name[i], name))
       return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: a child named \"%s\" exists", call, name);
-  return sbn_nn_add_child(seq, name, child);
+  return sbn_nn_add_child(seq, name, child, call);
 }

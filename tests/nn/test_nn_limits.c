@@ -9,7 +9,11 @@
  *   sbn_nn_save_entries with numel != prod(shape) (no file written);
  *   loaders given a FIFO or a directory (refused at once, never blocking);
  *   BatchNorm modules with float64 parameters (the nn modules, optimizers
- *   and checkpoints are float32; float64 layers are sbn_bn's only).
+ *   and checkpoints are float32; float64 layers are sbn_bn's only);
+ *   child names whose state-dict names would exceed SBN_NN_NAME_MAX - 1
+ *   characters, refused when the child is attached (not at the first save),
+ *   naming the parent's path and the limit; names exactly at the limit save
+ *   and load.
  * An alarm turns a hang into a failure. */
 #include <errno.h>
 #include <signal.h>
@@ -260,6 +264,83 @@ static void test_float64_modules(void) {
          SBN_STATUS_UNSUPPORTED, "float64");
 }
 
+/* A Linear appended to a root so that "<name>.weight" has `len` characters. */
+static sbn_status append_linear_of_len(sbn_module *seq, size_t len, sbn_module **child) {
+  char name[600];
+  const size_t nl = len - strlen(".weight");
+  memset(name, 'n', nl);
+  name[nl] = 0;
+  sbn_status st = sbn_nn_linear_create(child, 2, 2, 1, 3);
+  return st == SBN_STATUS_OK ? sbn_nn_sequential_append(seq, name, *child) : st;
+}
+
+static void test_name_limits(const char *dir) {
+  const int limit = SBN_NN_NAME_MAX - 1;
+  char path[512], what[128], needle[64];
+  snprintf(path, sizeof path, "%s/names.safetensors", dir);
+  snprintf(needle, sizeof needle, "over the limit of %d", limit);
+  sbn_module *seq, *lin;
+  CHECK_OK_V(sbn_nn_sequential_create(&seq));
+  /* At the limit: accepted, and the checkpoint round-trips. */
+  CHECK_OK_V(append_linear_of_len(seq, (size_t)limit, &lin));
+  CHECK_OK_V(sbn_nn_save(path, seq));
+  CHECK_OK_V(sbn_nn_load(seq, path, SBN_NN_LOAD_STRICT, NULL));
+  printf("%-58s -> saved and loaded ok\n", "a Linear whose weight name has 255 characters");
+  /* One over: refused at append, the tree and the child as they were. */
+  snprintf(what, sizeof what, "append a Linear whose weight name has %d characters", limit + 1);
+  sbn_status st = append_linear_of_len(seq, (size_t)limit + 1, &lin);
+  expect(what, st, SBN_STATUS_INVALID_ARGUMENT, needle);
+  if (!strstr(sbn_last_error(), "the root")) printf("   the message does not say where FAIL\n"), failures++;
+  if (sbn_module_num_children(seq) != 1 || sbn_module_destroy(lin) != SBN_STATUS_OK)
+    printf("   the tree changed or the child is not the caller's FAIL\n"), failures++;
+  /* A 399-character name, even for a module without state. */
+  char longname[400];
+  memset(longname, 'n', 399), longname[399] = 0;
+  sbn_module *relu;
+  CHECK_OK_V(sbn_nn_relu_create(&relu));
+  expect("append a ReLU named with 399 characters", sbn_nn_sequential_append(seq, longname, relu),
+         SBN_STATUS_INVALID_ARGUMENT, "(399 characters)");
+  sbn_module_destroy(relu);
+  sbn_module_destroy(seq);
+
+  /* 30 nested levels: the path is fine, the Linears under it are not. */
+  sbn_module *root, *cur, *s;
+  CHECK_OK_V(sbn_nn_sequential_create(&root));
+  cur = root;
+  char nm[64];
+  for (int i = 0; i < 30; i++) {
+    CHECK_OK_V(sbn_nn_sequential_create(&s));
+    snprintf(nm, sizeof nm, "level%02d", i);
+    CHECK_OK_V(sbn_nn_sequential_append(cur, nm, s));
+    cur = s;
+  }
+  CHECK_OK_V(sbn_nn_linear_create(&lin, 2, 2, 1, 1));
+  expect("append \"second_linear\" 30 levels deep", sbn_nn_sequential_append(cur, "second_linear", lin),
+         SBN_STATUS_INVALID_ARGUMENT, needle);
+  if (!strstr(sbn_last_error(), "under module \"level00.level01.") || !strstr(sbn_last_error(), "level29\""))
+    printf("   the message does not name the parent's path FAIL\n"), failures++;
+  sbn_module_destroy(lin);
+  /* A subtree built on its own, then attached deep down: checked as a whole. */
+  sbn_module *sub, *inner;
+  CHECK_OK_V(sbn_nn_sequential_create(&sub));
+  CHECK_OK_V(sbn_nn_sequential_create(&inner));
+  CHECK_OK_V(sbn_nn_sequential_append(sub, "inner", inner));
+  CHECK_OK_V(sbn_nn_linear_create(&lin, 2, 2, 1, 1));
+  CHECK_OK_V(sbn_nn_sequential_append(inner, "fc", lin));
+  expect("append a subtree with inner.fc.weight 30 levels deep", sbn_nn_sequential_append(cur, "subtree", sub),
+         SBN_STATUS_INVALID_ARGUMENT, "subtree.inner.fc.weight");
+  sbn_module_destroy(sub);
+  /* Everything that was accepted lists, saves and changes requires_grad. */
+  sbn_nn_entry *e;
+  int n;
+  CHECK_OK_V(sbn_module_entries(&e, &n, root, SBN_NN_STATE));
+  free(e);
+  CHECK_OK_V(sbn_module_set_requires_grad(root, NULL, 0));
+  CHECK_OK_V(sbn_nn_save(path, root));
+  printf("%-58s -> entries, set_requires_grad and save ok\n", "the 30-level tree as accepted");
+  sbn_module_destroy(root);
+}
+
 int main(void) {
   char dir[] = "/tmp/sbn_limits_XXXXXX";
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
@@ -268,6 +349,7 @@ int main(void) {
   test_save_entries(dir);
   test_special_files(dir);
   test_float64_modules();
+  test_name_limits(dir);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
