@@ -1,10 +1,14 @@
-/* Opening input files: regular files only, never blocking on a FIFO. */
+/* Opening input files (regular files only, never blocking on a FIFO) and
+ * the pieces of an atomic save. */
 #include "file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -43,4 +47,103 @@ sbn_status sbn_open_regular(FILE **out, size_t *size, const char *path, const ch
   *out = f;
   *size = (size_t)sb.st_size;
   return SBN_STATUS_OK;
+}
+
+/* ---- saving ---- */
+
+#define SYMLINK_HOPS 40 /* Linux's own limit on links followed in one lookup */
+
+/* readlink into a fresh string of any length. */
+static char *read_link(const char *path) {
+  for (size_t cap = 256;; cap *= 2) {
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    ssize_t n = readlink(path, buf, cap);
+    if (n >= 0 && (size_t)n < cap) {
+      buf[n] = 0;
+      return buf;
+    }
+    int e = n < 0 ? errno : ENAMETOOLONG;
+    free(buf);
+    if (n < 0 || cap > (1u << 20)) return errno = e, NULL;
+  }
+}
+
+/* A link's target relative to the directory holding the link. */
+static char *join_link(const char *link, const char *target) {
+  const char *slash = strrchr(link, '/');
+  if (target[0] == '/' || !slash) return strdup(target);
+  const size_t dl = (size_t)(slash - link) + 1, tl = strlen(target);
+  char *p = malloc(dl + tl + 1);
+  if (!p) return NULL;
+  memcpy(p, link, dl);
+  memcpy(p + dl, target, tl + 1);
+  return p;
+}
+
+sbn_status sbn_save_target(char **out, const char *path, const char *call) {
+  *out = NULL;
+  char *cur = strdup(path);
+  if (!cur) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  for (int hops = 0;; hops++) {
+    struct stat sb;
+    /* Anything but a link (or a path that cannot be examined) is saved to
+     * as it is; creating the temporary file reports what is wrong. */
+    if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) {
+      *out = cur;
+      return SBN_STATUS_OK;
+    }
+    if (hops == SYMLINK_HOPS) {
+      free(cur);
+      return sbn_fail(SBN_STATUS_IO_ERROR, "%s: %s: more than %d levels of symbolic links", call, path, SYMLINK_HOPS);
+    }
+    char *target = read_link(cur);
+    const int e = errno;
+    char *next = target ? join_link(cur, target) : NULL;
+    if (!next) {
+      sbn_status st = target ? sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call)
+                             : sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot read the symbolic link %s: %s", call, cur,
+                                        strerror(e));
+      free(target), free(cur);
+      return st;
+    }
+    free(target), free(cur);
+    cur = next;
+  }
+}
+
+/* 64 bits that differ between calls, threads and processes; the O_EXCL
+ * retry makes a collision harmless. */
+static uint64_t temp_entropy(void) {
+  static uint64_t counter; /* atomic */
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t z = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32) ^
+               (uint64_t)(uintptr_t)&ts ^ __atomic_add_fetch(&counter, 0x9E3779B97F4A7C15ull, __ATOMIC_RELAXED);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+int sbn_create_temp(char *tmpl, const char *keep_mode_of) {
+  static const char chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  const size_t n = strlen(tmpl);
+  if (n < 6 || strcmp(tmpl + n - 6, "XXXXXX")) return errno = EINVAL, -1;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    uint64_t r = temp_entropy();
+    for (int i = 0; i < 6; i++, r /= 62) tmpl[n - 6 + i] = chars[r % 62];
+    /* Not mkstemp: it creates mode 0600 whatever the umask, and a later
+     * fchmod to a fixed mode would ignore the umask. */
+    int fd = open(tmpl, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) return -1;
+    struct stat sb;
+    if (keep_mode_of && stat(keep_mode_of, &sb) == 0 && S_ISREG(sb.st_mode) && fchmod(fd, sb.st_mode & 07777) != 0) {
+      int e = errno;
+      close(fd), unlink(tmpl);
+      return errno = e, -1;
+    }
+    return fd;
+  }
+  return errno = EEXIST, -1;
 }

@@ -1,4 +1,5 @@
-/* Internal: opening input files for the loaders. */
+/* Internal: opening input files for the loaders; the pieces of an atomic
+ * save (which file to replace, a temporary file beside it). */
 #ifndef SBN_FILE_H
 #define SBN_FILE_H
 
@@ -12,5 +13,19 @@
  * checked with fstat before anything is read. `call` prefixes messages. On
  * success *size is the file's size. */
 sbn_status sbn_open_regular(FILE **out, size_t *size, const char *path, const char *call);
+
+/* The file that saving to `path` must replace: `path` itself, or the end
+ * of its chain of symbolic links (a dangling link's target, which is then
+ * created, as open(O_CREAT) would). Saving there keeps the links. *out is
+ * malloc'ed; on failure it is NULL and the status says why. */
+sbn_status sbn_save_target(char **out, const char *path, const char *call);
+
+/* Create a new empty file from `tmpl`, whose last 6 characters are
+ * replaced by [A-Za-z0-9] (as mkstemp), opened read-write with O_EXCL and
+ * mode 0666, so the umask and default ACLs apply as to any new file. When
+ * `keep_mode_of` names an existing regular file, the new file gets its
+ * permissions instead (a replaced checkpoint keeps its mode). Returns the
+ * descriptor or -1 with errno set. */
+int sbn_create_temp(char *tmpl, const char *keep_mode_of);
 
 #endif

@@ -26,6 +26,7 @@
 #include "module.h"
 #include "safetensors.h"
 #include "../core/checked.h"
+#include "../core/file.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the safetensors reference limit */
 #define ST_MAX_DIMS 8
@@ -485,6 +486,74 @@ static sbn_status check_distinct(const sbn_nn_entry *e, int count, const char *c
   return st;
 }
 
+/* The data of a save: the header, then each entry's bytes, through one
+ * descriptor. Returns 0, or -1 with errno set. */
+static int write_file_data(int fd, const char *hdr, size_t hdr_len, const sbn_nn_entry *e, int count) {
+  long written = 0;
+  if (write_all(fd, hdr, hdr_len, &written) != 0) return -1;
+  for (int i = 0; i < count; i++)
+    if (write_all(fd, e[i].data, entry_bytes(&e[i]), &written) != 0) return -1;
+  return 0;
+}
+
+/* "<target>" ST_TMP_MARK "XXXXXX" and the directory holding target. */
+static int temp_names(const char *target, char **tmp, char **dir) {
+  const size_t pl = strlen(target), tl = pl + strlen(ST_TMP_MARK) + ST_TMP_RANDOM + 1;
+  *tmp = malloc(tl), *dir = malloc(pl + 2);
+  if (!*tmp || !*dir) return free(*tmp), free(*dir), *tmp = *dir = NULL, -1;
+  snprintf(*tmp, tl, "%s%sXXXXXX", target, ST_TMP_MARK);
+  const char *slash = strrchr(target, '/');
+  if (!slash) strcpy(*dir, ".");
+  else if (slash == target) strcpy(*dir, "/");
+  else memcpy(*dir, target, (size_t)(slash - target)), (*dir)[slash - target] = 0;
+  return 0;
+}
+
+/* Atomic write: a temporary file beside the file being replaced, fsync,
+ * rename over it, fsync of the directory. A path that is a symbolic link
+ * replaces the link's target, keeping the link; a replaced file keeps its
+ * permissions, a new one gets 0666 less the umask. */
+static sbn_status save_atomically(const char *path, const char *hdr, size_t hdr_len, const sbn_nn_entry *e,
+                                  int count, const char *call) {
+  char *target, *tmp = NULL, *dir = NULL;
+  sbn_status st = sbn_save_target(&target, path, call);
+  if (st != SBN_STATUS_OK) return st;
+  if (temp_names(target, &tmp, &dir) != 0) {
+    free(target);
+    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
+  }
+  const char *slash = strrchr(target, '/');
+  remove_stale_temps(dir, slash ? slash + 1 : target);
+  int fd = sbn_create_temp(tmp, target);
+  if (fd < 0) {
+    st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot create a temporary file next to %s: %s", call, target,
+                  strerror(errno));
+  } else {
+    /* The lock marks the file as live until renamed (remove_stale_temps
+     * removes unlocked leftovers of crashed saves), so rename before close. */
+    (void)flock(fd, LOCK_EX | LOCK_NB);
+    int err = write_file_data(fd, hdr, hdr_len, e, count) != 0;
+    int saved = errno;
+    if (!err && fsync(fd) != 0) err = 1, saved = errno;
+    if (!err && rename(tmp, target) != 0) err = 1, saved = errno;
+    if (close(fd) != 0 && !err) err = 1, saved = errno;
+    if (err) {
+      unlink(tmp);
+      st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: writing %s failed: %s (the previous file, if any, is intact)", call,
+                    path, strerror(saved));
+    } else {
+      int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL)
+          st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: fsync of directory %s failed: %s", call, dir, strerror(errno));
+        close(dfd);
+      }
+    }
+  }
+  free(target), free(tmp), free(dir);
+  return st;
+}
+
 sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, const char *call) {
   if (!path || (!e && count > 0)) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
   if (!*path) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: the path is empty", call);
@@ -552,47 +621,7 @@ sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, co
   memset(hdr + 8 + jl, ' ', hl - jl);
   free(json);
 
-  /* Atomic write: temporary file in the same directory, fsync, rename, fsync dir. */
-  size_t pl = strlen(path);
-  const size_t tl = pl + strlen(ST_TMP_MARK) + ST_TMP_RANDOM + 1;
-  char *tmp = malloc(tl), *dir = malloc(pl + 2);
-  if (!tmp || !dir) {
-    free(hdr), free(tmp), free(dir);
-    return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
-  }
-  snprintf(tmp, tl, "%s%sXXXXXX", path, ST_TMP_MARK);
-  const char *slash = strrchr(path, '/');
-  if (!slash) strcpy(dir, ".");
-  else if (slash == path) strcpy(dir, "/");
-  else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = 0;
-  remove_stale_temps(dir, slash ? slash + 1 : path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot create a temporary file next to %s: %s", call, path, strerror(errno));
-  } else {
-    long written = 0;
-    /* The lock marks the file as live until renamed (checkpoint.c removes
-     * unlocked leftovers of crashed saves), so rename before close. */
-    (void)flock(fd, LOCK_EX | LOCK_NB);
-    int err = fchmod(fd, 0644) != 0 || write_all(fd, hdr, 8 + hl, &written) != 0;
-    for (int i = 0; !err && i < count; i++) err = write_all(fd, e[i].data, entry_bytes(&e[i]), &written) != 0;
-    if (!err) err = fsync(fd) != 0;
-    int saved = errno;
-    if (!err && rename(tmp, path) != 0) err = 1, saved = errno;
-    if (close(fd) != 0 && !err) err = 1, saved = errno;
-    if (err) {
-      unlink(tmp);
-      st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: writing %s failed: %s (the previous file, if any, is intact)", call, path,
-                    strerror(saved));
-    } else {
-      int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-      if (dfd >= 0) {
-        if (fsync(dfd) != 0 && errno != EINVAL)
-          st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: fsync of directory %s failed: %s", call, dir, strerror(errno));
-        close(dfd);
-      }
-    }
-  }
-  free(hdr), free(tmp), free(dir);
+  st = save_atomically(path, hdr, 8 + hl, e, count, call);
+  free(hdr);
   return st;
 }

@@ -9,8 +9,12 @@
  *   within the entry;
  * - the cleanup of crashed saves' temporary files removes only names the
  *   library makes, and nothing when the save is refused;
- * - an empty path is named as such. */
+ * - an empty path is named as such;
+ * - a new file gets 0666 less the umask, a replaced file keeps its mode;
+ * - a save through a symbolic link (a chain, a dangling one) replaces the
+ *   link's target and keeps the link; a loop of links is refused. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -296,7 +300,101 @@ static void test_empty_path(void) {
   sbn_module_destroy(m);
 }
 
-/* Arguments name the parts to run (crc header many nbt temps path); none: all. */
+static unsigned mode_of(const char *path) {
+  struct stat sb;
+  return lstat(path, &sb) == 0 ? (unsigned)(sb.st_mode & 07777) : 0u;
+}
+
+static void check_mode(const char *what, const char *path, unsigned want) {
+  unsigned got = mode_of(path);
+  printf("%-52s mode %04o (want %04o) %s\n", what, got, want, got == want ? "ok" : "FAIL");
+  failures += got != want;
+}
+
+static void test_modes(const char *dir) {
+  char path[300];
+  float one = 1;
+  sbn_nn_entry e = float_entry("w", &one);
+  const mode_t old = umask(077);
+  snprintf(path, sizeof path, "%s/private.st", dir);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  check_mode("new file under umask 077", path, 0600);
+  umask(022);
+  snprintf(path, sizeof path, "%s/public.st", dir);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  check_mode("new file under umask 022", path, 0644);
+  chmod(path, 0600);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  check_mode("existing 0600 file saved over under umask 022", path, 0600);
+  chmod(path, 0640);
+  umask(077);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  check_mode("existing 0640 file saved over under umask 077", path, 0640);
+  umask(old);
+}
+
+static int is_link(const char *path) {
+  struct stat sb;
+  return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+static float value_in(const char *path) {
+  float v = -1;
+  sbn_nn_entry e = float_entry("w", &v);
+  unsigned char *buf;
+  size_t len;
+  if (nn_read_file(path, &buf, &len)) return -1;
+  if (sbn_nn_load_entries(&e, 1, buf, len, SBN_NN_LOAD_STRICT, NULL) != SBN_STATUS_OK) v = -1;
+  free(buf);
+  return v;
+}
+
+static void test_symlinks(const char *top) {
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/links", top); /* its own, so that counting temporaries sees only this test's */
+  if (mkdir(dir, 0700) != 0) {
+    printf("mkdir %s: %s FAIL\n", dir, strerror(errno));
+    failures++;
+    return;
+  }
+  char real_dir[400], real[400], link1[400], link2[400], dangling[400], created[400], loop[400];
+  snprintf(real_dir, sizeof real_dir, "%s/real", dir);
+  snprintf(real, sizeof real, "%s/real/r.st", dir);
+  snprintf(link1, sizeof link1, "%s/link.st", dir);
+  snprintf(link2, sizeof link2, "%s/link2.st", dir);
+  snprintf(dangling, sizeof dangling, "%s/dangling.st", dir);
+  snprintf(created, sizeof created, "%s/real/new.st", dir);
+  snprintf(loop, sizeof loop, "%s/loop.st", dir);
+  float v = 1;
+  sbn_nn_entry e = float_entry("w", &v);
+  if (mkdir(real_dir, 0700) != 0 || symlink("real/r.st", link1) != 0 || symlink("link.st", link2) != 0 ||
+      symlink("real/new.st", dangling) != 0 || symlink("loop.st", loop) != 0) {
+    printf("cannot set up links in %s: %s FAIL\n", dir, strerror(errno));
+    failures++;
+    return;
+  }
+  MUST(sbn_nn_save_entries(real, &e, 1));
+  chmod(real, 0600);
+  v = 5;
+  MUST(sbn_nn_save_entries(link2, &e, 1)); /* link2 -> link.st -> real/r.st */
+  int ok = is_link(link1) && is_link(link2) && value_in(real) == 5 && mode_of(real) == 0600 &&
+           count_tmp(dir) == 0 && count_tmp(real_dir) == 0;
+  printf("save through a chain of 2 links: links kept %s, target holds %g (want 5), mode %04o, temporaries %d %s\n",
+         is_link(link1) && is_link(link2) ? "yes" : "no", value_in(real), mode_of(real),
+         count_tmp(dir) + count_tmp(real_dir), ok ? "ok" : "FAIL");
+  failures += !ok;
+  v = 7;
+  MUST(sbn_nn_save_entries(dangling, &e, 1));
+  ok = is_link(dangling) && value_in(created) == 7 && value_in(dangling) == 7;
+  printf("save through a dangling link: link kept %s, its target created with %g %s\n", is_link(dangling) ? "yes" : "no",
+         value_in(created), ok ? "ok" : "FAIL");
+  failures += !ok;
+  sbn_status st = sbn_nn_save_entries(loop, &e, 1);
+  printf("save through a loop of links -> %s: %s\n", sbn_status_name(st), sbn_last_error());
+  failures += st != SBN_STATUS_IO_ERROR || !strstr(sbn_last_error(), "symbolic links") || !is_link(loop);
+}
+
+/* Arguments name the parts to run (crc header many nbt temps path modes links); none: all. */
 static int wanted(int argc, char **argv, const char *part) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], part)) return 1;
@@ -312,6 +410,8 @@ int main(int argc, char **argv) {
   if (wanted(argc, argv, "nbt")) test_nbt_sizes(dir);
   if (wanted(argc, argv, "temps")) test_stale_temps(dir);
   if (wanted(argc, argv, "path")) test_empty_path();
+  if (wanted(argc, argv, "modes")) test_modes(dir);
+  if (wanted(argc, argv, "links")) test_symlinks(dir);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) printf("warning: could not remove %s\n", dir);
