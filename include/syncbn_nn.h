@@ -286,7 +286,10 @@ SBN_API sbn_status sbn_nn_sgd_destroy(sbn_nn_sgd *opt); /* NULL is a no-op */
  * fsync of the directory; a crash leaves the previous file intact. A new
  * file gets mode 0666 less the umask, a replaced file keeps its mode; a
  * path that is a symbolic link replaces the link's target (in the
- * target's directory) and keeps the link. */
+ * target's directory) and keeps the link. A save over the file size limit
+ * (RLIMIT_FSIZE) fails with SBN_STATUS_IO_ERROR naming the limit: the
+ * calling thread blocks SIGXFSZ during the write and consumes the one the
+ * write raised, so the process is not killed. */
 SBN_API sbn_status sbn_nn_save(const char *path, sbn_module *m);
 /* Save arbitrary entries (e.g. model + optimizer state); names must be
  * distinct and the header they make at most 100 MiB (the format's limit),

@@ -4,9 +4,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -146,4 +148,34 @@ int sbn_create_temp(char *tmpl, const char *keep_mode_of) {
     return fd;
   }
   return errno = EEXIST, -1;
+}
+
+void sbn_fsize_guard_begin(sbn_fsize_guard *g) {
+  sigset_t s, pending;
+  sigemptyset(&s);
+  sigaddset(&s, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &s, &g->old);
+  g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1;
+}
+
+void sbn_fsize_guard_end(sbn_fsize_guard *g, int raised) {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGXFSZ);
+  /* The kernel sends SIGXFSZ to the writing thread, so it is pending here
+   * and taken before a process-directed one. Standard signals do not
+   * queue: one pending before the write cannot be told from ours and is
+   * left alone. */
+  if (raised && !g->was_pending) {
+    const struct timespec zero = {0, 0};
+    while (sigtimedwait(&s, NULL, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+long long sbn_file_size_limit(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_FSIZE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return -1;
+  return (long long)r.rlim_cur;
 }

@@ -1,8 +1,10 @@
 /* Internal: opening input files for the loaders; the pieces of an atomic
- * save (which file to replace, a temporary file beside it). */
+ * save (which file to replace, a temporary file beside it, writes that
+ * cannot kill the process). */
 #ifndef SBN_FILE_H
 #define SBN_FILE_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "syncbn.h"
@@ -27,5 +29,20 @@ sbn_status sbn_save_target(char **out, const char *path, const char *call);
  * permissions instead (a replaced checkpoint keeps its mode). Returns the
  * descriptor or -1 with errno set. */
 int sbn_create_temp(char *tmpl, const char *keep_mode_of);
+
+/* Writing past RLIMIT_FSIZE raises SIGXFSZ, whose default action kills the
+ * process. Between begin and end the calling thread blocks it, so the write
+ * fails with EFBIG instead; end consumes the signal that such a write
+ * raised (only when `raised` says a write failed with EFBIG and none was
+ * pending before) and restores the thread's mask. Other threads and the
+ * process-wide disposition are untouched. */
+typedef struct sbn_fsize_guard {
+  sigset_t old;
+  int was_pending;
+} sbn_fsize_guard;
+void sbn_fsize_guard_begin(sbn_fsize_guard *g);
+void sbn_fsize_guard_end(sbn_fsize_guard *g, int raised);
+/* RLIMIT_FSIZE's soft limit in bytes, or -1 when unlimited or unknown. */
+long long sbn_file_size_limit(void);
 
 #endif

@@ -496,6 +496,23 @@ static int write_file_data(int fd, const char *hdr, size_t hdr_len, const sbn_nn
   return 0;
 }
 
+static unsigned long long file_bytes(size_t hdr_len, const sbn_nn_entry *e, int count) {
+  unsigned long long n = hdr_len;
+  for (int i = 0; i < count; i++) n += entry_bytes(&e[i]);
+  return n;
+}
+
+static sbn_status write_failed(const char *call, const char *path, int err, unsigned long long need) {
+  const long long limit = sbn_file_size_limit();
+  if (err == EFBIG && limit >= 0)
+    return sbn_fail(SBN_STATUS_IO_ERROR,
+                    "%s: writing %s failed: %s: the checkpoint takes %llu bytes, over the file size limit "
+                    "(RLIMIT_FSIZE, ulimit -f) of %lld bytes (the previous file, if any, is intact)",
+                    call, path, strerror(err), need, limit);
+  return sbn_fail(SBN_STATUS_IO_ERROR, "%s: writing %s failed: %s (the previous file, if any, is intact)", call, path,
+                  strerror(err));
+}
+
 /* "<target>" ST_TMP_MARK "XXXXXX" and the directory holding target. */
 static int temp_names(const char *target, char **tmp, char **dir) {
   const size_t pl = strlen(target), tl = pl + strlen(ST_TMP_MARK) + ST_TMP_RANDOM + 1;
@@ -532,15 +549,17 @@ static sbn_status save_atomically(const char *path, const char *hdr, size_t hdr_
     /* The lock marks the file as live until renamed (remove_stale_temps
      * removes unlocked leftovers of crashed saves), so rename before close. */
     (void)flock(fd, LOCK_EX | LOCK_NB);
+    sbn_fsize_guard guard;
+    sbn_fsize_guard_begin(&guard);
     int err = write_file_data(fd, hdr, hdr_len, e, count) != 0;
     int saved = errno;
+    sbn_fsize_guard_end(&guard, err && saved == EFBIG);
     if (!err && fsync(fd) != 0) err = 1, saved = errno;
     if (!err && rename(tmp, target) != 0) err = 1, saved = errno;
     if (close(fd) != 0 && !err) err = 1, saved = errno;
     if (err) {
       unlink(tmp);
-      st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: writing %s failed: %s (the previous file, if any, is intact)", call,
-                    path, strerror(saved));
+      st = write_failed(call, path, saved, file_bytes(hdr_len, e, count));
     } else {
       int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (dfd >= 0) {

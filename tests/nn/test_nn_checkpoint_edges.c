@@ -12,16 +12,24 @@
  * - an empty path is named as such;
  * - a new file gets 0666 less the umask, a replaced file keeps its mode;
  * - a save through a symbolic link (a chain, a dangling one) replaces the
- *   link's target and keeps the link; a loop of links is refused. */
+ *   link's target and keeps the link; a loop of links is refused;
+ * - a save over the file size limit (RLIMIT_FSIZE, in a child process)
+ *   returns SBN_STATUS_IO_ERROR naming the file and the limit instead of
+ *   dying from SIGXFSZ, keeps the previous file, leaves no temporary file,
+ *   and leaves the thread's signal mask and a SIGXFSZ pending before the
+ *   call as they were. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -94,6 +102,15 @@ static int count_tmp(const char *dir) {
   for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".tmp-") != NULL;
   if (d) closedir(d);
   return n;
+}
+
+/* The directory of a path, in a static buffer. */
+static const char *dirname_of(const char *path) {
+  static char d[400];
+  snprintf(d, sizeof d, "%s", path);
+  char *slash = strrchr(d, '/');
+  if (slash) *slash = 0;
+  return d;
 }
 
 static int same_file(const char *path, const unsigned char *want, size_t wl) {
@@ -394,7 +411,92 @@ static void test_symlinks(const char *top) {
   failures += st != SBN_STATUS_IO_ERROR || !strstr(sbn_last_error(), "symbolic links") || !is_link(loop);
 }
 
-/* Arguments name the parts to run (crc header many nbt temps path modes links); none: all. */
+static void *idle_thread(void *arg) {
+  (void)arg;
+  for (;;) pause();
+  return NULL;
+}
+
+static int sigxfsz_pending(void) {
+  sigset_t p;
+  return sigpending(&p) == 0 && sigismember(&p, SIGXFSZ) == 1;
+}
+
+static int sigxfsz_blocked(void) {
+  sigset_t m;
+  return pthread_sigmask(SIG_BLOCK, NULL, &m) == 0 && sigismember(&m, SIGXFSZ) == 1;
+}
+
+/* In a child: RLIMIT_FSIZE of 32 KiB, a 64 KiB save over a small file.
+ * Another thread that does not block SIGXFSZ runs meanwhile. Exit 0 when
+ * every check passed; killed by SIGXFSZ is the bug. */
+static int fsize_child(const char *path) {
+  static float big[16384];
+  float one = 1;
+  sbn_nn_entry e = float_entry("w", &one);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  unsigned char *before;
+  size_t bl;
+  if (nn_read_file(path, &before, &bl)) return 1;
+  pthread_t t;
+  pthread_create(&t, NULL, idle_thread, NULL);
+  struct rlimit r = {32 * 1024, 32 * 1024};
+  if (setrlimit(RLIMIT_FSIZE, &r) != 0) return perror("setrlimit"), 1;
+  e.ndim = 1, e.shape[0] = e.numel = 16384, e.data = big;
+  int bad = 0;
+  for (int round = 0; round < 2; round++) {
+    if (round == 1) { /* the caller blocks SIGXFSZ and one is already pending: both stay */
+      sigset_t s;
+      sigemptyset(&s), sigaddset(&s, SIGXFSZ);
+      pthread_sigmask(SIG_BLOCK, &s, NULL);
+      raise(SIGXFSZ);
+    }
+    sbn_status st = sbn_nn_save_entries(path, &e, 1);
+    const char *msg = sbn_last_error();
+    int ok = st == SBN_STATUS_IO_ERROR && strstr(msg, path) && strstr(msg, "32768") && strstr(msg, "limit") &&
+             same_file(path, before, bl) && count_tmp(dirname_of(path)) == 0 &&
+             sigxfsz_pending() == (round == 1) && sigxfsz_blocked() == (round == 1);
+    printf("  [child] %s: save of 64 KiB under ulimit -f 32 -> %s: %s; previous file %s, temporaries %d, "
+           "SIGXFSZ %s and %s %s\n",
+           round ? "SIGXFSZ blocked and pending" : "default mask", sbn_status_name(st), msg,
+           same_file(path, before, bl) ? "intact" : "CHANGED", count_tmp(dirname_of(path)),
+           sigxfsz_pending() ? "pending" : "not pending", sigxfsz_blocked() ? "blocked" : "unblocked",
+           ok ? "ok" : "FAIL");
+    bad |= !ok;
+  }
+  return bad;
+}
+
+static void test_file_size_limit(const char *dir) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/fsize", dir); /* its own, so that counting temporaries sees only this test's */
+  if (mkdir(path, 0700) != 0) {
+    printf("mkdir %s: %s FAIL\n", path, strerror(errno));
+    failures++;
+    return;
+  }
+  snprintf(path, sizeof path, "%s/fsize/fsize.st", dir);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) {
+    printf("fork: %s FAIL\n", strerror(errno));
+    failures++;
+    return;
+  }
+  if (pid == 0) {
+    int bad = fsize_child(path);
+    fflush(stdout);
+    _exit(bad);
+  }
+  int ws = 0;
+  waitpid(pid, &ws, 0);
+  int ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+  if (WIFSIGNALED(ws)) printf("the child was killed by signal %d (%s) FAIL\n", WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+  else printf("file size limit: the child exited with %d %s\n", WEXITSTATUS(ws), ok ? "ok" : "FAIL");
+  failures += !ok;
+}
+
+/* Arguments name the parts to run (crc header many nbt temps path modes links fsize); none: all. */
 static int wanted(int argc, char **argv, const char *part) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], part)) return 1;
@@ -412,6 +514,7 @@ int main(int argc, char **argv) {
   if (wanted(argc, argv, "path")) test_empty_path();
   if (wanted(argc, argv, "modes")) test_modes(dir);
   if (wanted(argc, argv, "links")) test_symlinks(dir);
+  if (wanted(argc, argv, "fsize")) test_file_size_limit(dir);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) printf("warning: could not remove %s\n", dir);
