@@ -23,3 +23,14 @@ $(BUILD)/bench/syncbn-bench-passes: bench/bench_passes.c bench/bench_machine.h $
 	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
 
 all: $(BUILD)/bench/syncbn-bench-passes
+
+# syncbn-bench-bf16-ops: the bfloat16 statistics' float64 work per value on
+# one core in L1, against variants of it (BENCHMARKS.md, "What the float64
+# work costs per bfloat16 value").
+$(BUILD)/bench/syncbn-bench-bf16-ops: bench/bench_bf16_ops.c
+	@mkdir -p $(dir $@)
+	$(SBN_CC) -mavx2 -mfma -ffp-contract=off $(LDFLAGS) -o $@ $< -lm
+
+all: $(BUILD)/bench/syncbn-bench-bf16-ops
+# In the suite: one round, for its check that every variant sums the same bits.
+EXTRA_TEST_CMDS += 'cmd:$(BUILD)/bench/syncbn-bench-bf16-ops 1'
