@@ -366,14 +366,19 @@ static float value_in(const char *path) {
   return v;
 }
 
+/* A folder of the test's own under top, so that counting temporaries sees
+ * only that test's; 0 if it could not be made (counted as a failure). */
+static int own_dir(char *out, size_t n, const char *top, const char *name) {
+  snprintf(out, n, "%s/%s", top, name);
+  if (mkdir(out, 0700) == 0) return 1;
+  printf("mkdir %s: %s FAIL\n", out, strerror(errno));
+  failures++;
+  return 0;
+}
+
 static void test_symlinks(const char *top) {
   char dir[300];
-  snprintf(dir, sizeof dir, "%s/links", top); /* its own, so that counting temporaries sees only this test's */
-  if (mkdir(dir, 0700) != 0) {
-    printf("mkdir %s: %s FAIL\n", dir, strerror(errno));
-    failures++;
-    return;
-  }
+  if (!own_dir(dir, sizeof dir, top, "links")) return;
   char real_dir[400], real[400], link1[400], link2[400], dangling[400], created[400], loop[400];
   snprintf(real_dir, sizeof real_dir, "%s/real", dir);
   snprintf(real, sizeof real, "%s/real/r.st", dir);
@@ -469,12 +474,7 @@ static int fsize_child(const char *path) {
 
 static void test_file_size_limit(const char *dir) {
   char path[300];
-  snprintf(path, sizeof path, "%s/fsize", dir); /* its own, so that counting temporaries sees only this test's */
-  if (mkdir(path, 0700) != 0) {
-    printf("mkdir %s: %s FAIL\n", path, strerror(errno));
-    failures++;
-    return;
-  }
+  if (!own_dir(path, sizeof path, dir, "fsize")) return;
   snprintf(path, sizeof path, "%s/fsize/fsize.st", dir);
   fflush(stdout);
   pid_t pid = fork();
