@@ -525,14 +525,15 @@ class SyncBatchNorm(_BatchNorm):
             return None
         return torch_group(pg)
 
-    def _param_dtype(self, input):
-        """The library layer's state dtype: float64 for a module made float64
+    @staticmethod
+    def _param_dtype(state_dtype):
+        """The library layer's state dtype, from the module's (_state_dtype):
+        float64 for a module made float64
         (module.double()), else float32 (which also serves 16-bit inputs and
         modules, as before). A module without parameters or buffers follows
         its input, as PyTorch's does. A float64 input to a float32 module (or
         the reverse) reaches the library, which refuses it on every rank."""
-        dtype = self._state_dtype(input)
-        return _lib.DTYPE_FLOAT64 if dtype == torch.float64 else _lib.DTYPE_FLOAT32
+        return _lib.DTYPE_FLOAT64 if state_dtype == torch.float64 else _lib.DTYPE_FLOAT32
 
     def _state_dtype(self, input):
         """The dtype of the module's parameters (or running buffers; else the input's)."""
@@ -676,7 +677,7 @@ class SyncBatchNorm(_BatchNorm):
                 weight = torch.ones(self.num_features, **like)
             if bias is None:
                 bias = torch.zeros(self.num_features, **like)
-        layer = self._layer(group, device, self._param_dtype(input), rm is not None or rv is not None)
+        layer = self._layer(group, device, self._param_dtype(state_dtype), rm is not None or rv is not None)
         try:
             return _Function.apply(input, weight, bias, self, layer, (rm, rv))
         except SyncBNError as e:

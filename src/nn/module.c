@@ -89,7 +89,7 @@ static void module_path(char *buf, size_t cap, const sbn_module *m) {
     }
 }
 
-sbn_status sbn_nn_check_child_name(const sbn_module *m, const char *name, const sbn_module *child, const char *call) {
+static sbn_status check_child_name(const sbn_module *m, const char *name, const sbn_module *child, const char *call) {
   const size_t limit = SBN_NN_NAME_MAX - 1;
   char prefix[SBN_NN_NAME_MAX], below[SBN_NN_NAME_MAX];
   module_path(prefix, sizeof prefix, m);
@@ -105,7 +105,7 @@ sbn_status sbn_nn_check_child_name(const sbn_module *m, const char *name, const 
 }
 
 sbn_status sbn_nn_add_child(sbn_module *m, const char *name, sbn_module *child, const char *call) {
-  sbn_status st = sbn_nn_check_child_name(m, name, child, call);
+  sbn_status st = check_child_name(m, name, child, call);
   if (st != SBN_STATUS_OK) return st;
   if (m->nchild == m->child_cap) {
     int cap = m->child_cap ? 2 * m->child_cap : 4;
@@ -451,7 +451,7 @@ sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *
   sbn_status st = sbn_nn_backward_prepare(m, dy);
   if (st == SBN_STATUS_OK) st = sbn_nn_grads_save(m);
   if (st != SBN_STATUS_OK) return st;
-  st = sbn_nn_backward(m, dx, dy);
+  st = m->ops->backward(m, dx, dy); /* checked by the prepare step */
   if (st != SBN_STATUS_OK) sbn_nn_grads_restore(m);
   return st;
 }

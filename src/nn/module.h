@@ -65,11 +65,9 @@ sbn_nn_local *sbn_nn_add_local(sbn_module *m, const char *name, sbn_nn_entry_kin
                                sbn_dtype dtype, int ndim, const int64_t *shape, void *data,
                                float *grad);
 sbn_nn_local *sbn_nn_find_local(sbn_module *m, const char *name);
-/* Whether attaching child as `name` under m keeps every state-dict name of
- * the tree within SBN_NN_NAME_MAX - 1 characters; `call` prefixes the message. */
-sbn_status sbn_nn_check_child_name(const sbn_module *m, const char *name, const sbn_module *child, const char *call);
-/* Attach a child (the caller guarantees it is parentless) after the name
- * check above; name copied. */
+/* Attach a child (the caller guarantees it is parentless) when every
+ * state-dict name of the tree stays within SBN_NN_NAME_MAX - 1 characters
+ * (else INVALID_ARGUMENT, the message prefixed by `call`); name copied. */
 sbn_status sbn_nn_add_child(sbn_module *m, const char *name, sbn_module *child, const char *call);
 /* Free a module and its subtree (no parent checks). */
 void sbn_nn_module_free(sbn_module *m);
