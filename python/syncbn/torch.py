@@ -70,47 +70,105 @@ def _sync_threads():
         _threads_set[0] = t
 
 
-def _cl_perm(ndim):
-    return (0,) + tuple(range(2, ndim)) + (1,)
+_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
-def _layout_of(x):
-    """(layout, dense x): channels-first or channels-last memory order. A
-    tensor that is not dense is copied in the order its strides suggest
-    (PyTorch's output keeps a channels_last input's format, sliced or not)."""
-    if x.is_neg():  # a lazy negation (a view's bit the data do not carry)
-        x = x.resolve_neg()
-    if x.numel() == 0:  # no data: keep the caller's strides (both checks pass)
-        return _lib.LAYOUT_CHANNELS_FIRST, x
-    if x.dim() <= 2 or x.is_contiguous():
-        return _lib.LAYOUT_CHANNELS_FIRST, x.contiguous()
-    if x.permute(_cl_perm(x.dim())).is_contiguous():
-        return _lib.LAYOUT_CHANNELS_LAST, x
-    if x.dim() >= 4 and _strides_descend(x, _cl_perm(x.dim())) and \
-            not _strides_descend(x, range(x.dim())):
-        return _lib.LAYOUT_CHANNELS_LAST, _dense_as(x, _lib.LAYOUT_CHANNELS_LAST)
-    return _lib.LAYOUT_CHANNELS_FIRST, x.contiguous()
+def _strides_like_channels_last(x):
+    """c10's is_channels_last_strides_2d/3d, what PyTorch's suggest_memory_format
+    asks of a 4-D or 5-D tensor that is not dense in either order: are its
+    strides ordered C, W, H, (D,) N? A stride-0 channel dim (an input expanded
+    along C) and ambiguous N1..1 shapes count as channels-first, as there."""
+    sizes, strides = x.shape, x.stride()
+    if strides[1] == 0:
+        return False
+    smallest = 0
+    for d in (1,) + tuple(range(x.dim() - 1, 1, -1)) + (0,):
+        if sizes[d] == 0 or strides[d] < smallest:
+            return False
+        if d == 0 and smallest == strides[1]:
+            return False
+        smallest = strides[d] * max(sizes[d], 1)
+    return True
 
 
-def _strides_descend(x, order):
-    """Do x's strides descend along `order` (dims of size 1 aside)?"""
-    strides = [x.stride(d) for d in order if x.shape[d] > 1]
-    return all(a >= b for a, b in zip(strides, strides[1:]))
+@functools.lru_cache(maxsize=None)
+def _dense_order_kept(ndim):
+    """Does the installed PyTorch's BatchNorm keep the order of an input that is
+    dense in channels_last order (4-D) / channels_last_3d order (5-D) when its
+    strides alone would not say so (size-1 dims)? Always for 4-D; for 5-D
+    PyTorch 1.13 does not, later versions do. Asked once of a 4-value probe."""
+    if ndim == 4:
+        return True
+    probe = torch.zeros(4).as_strided((1, 2, 1, 2, 1), (1, 1, 1, 2, 2))  # dense, not "like" CL3d
+    with torch.no_grad():
+        y = torch.nn.functional.batch_norm(probe, None, None, None, None, True, 0.0, 1e-5)
+    return not y.is_contiguous()
 
 
-def _empty_as(x):
-    """A new tensor in x's memory order (x: dense, so its strides are kept)."""
-    return torch.empty_like(x)
+def _dense_either(t, cl):
+    """PyTorch's test for its BatchNorm kernels' fast path: t dense in
+    channels-first order or in the channels-last order it keeps (above)."""
+    return t.is_contiguous() or (t.is_contiguous(memory_format=cl) and _dense_order_kept(t.dim()))
 
 
-def _dense_as(t, layout):
-    if t.is_neg():
+def _memory_format(x):
+    """The memory format of PyTorch's BatchNorm output for input x (its CPU
+    kernel): contiguous when x is; channels_last(_3d) when x is dense in that
+    order or its strides are ordered like it (sliced, expanded along N/H/W);
+    otherwise contiguous (transposed, expanded along C, 2-D and 3-D inputs)."""
+    if x.is_contiguous():
+        return torch.contiguous_format
+    cl = _CHANNELS_LAST.get(x.dim())
+    if cl is not None and (_dense_either(x, cl) or _strides_like_channels_last(x)):
+        return cl
+    return torch.contiguous_format
+
+
+def _grad_format(x, dy):
+    """The memory format of PyTorch's BatchNorm input gradient: x's suggested
+    format, except that when x and dy are both dense with the same suggested
+    format the dense order of x wins (they differ only for degenerate shapes
+    such as N x C x 1 x 1, which are dense in both orders)."""
+    cl = _CHANNELS_LAST.get(x.dim())
+    if cl is None:
+        return torch.contiguous_format
+
+    def suggested(t):
+        return cl if _strides_like_channels_last(t) else torch.contiguous_format
+
+    if _dense_either(x, cl) and _dense_either(dy, cl) and suggested(x) == suggested(dy):
+        return _memory_format(x)
+    return suggested(x)
+
+
+def _layout(memory_format):
+    """The library's layout for a tensor dense in `memory_format`."""
+    if memory_format == torch.contiguous_format:
+        return _lib.LAYOUT_CHANNELS_FIRST
+    return _lib.LAYOUT_CHANNELS_LAST
+
+
+def _dense(t, memory_format):
+    """t itself if the library can read it in `memory_format`'s order (the
+    strides of size-1 dims do not matter), else a dense copy."""
+    if t.is_neg():  # a lazy negation (a view's bit the data do not carry)
         t = t.resolve_neg()
-    if layout == _lib.LAYOUT_CHANNELS_FIRST or t.dim() <= 2:
-        return t.contiguous()
-    perm = _cl_perm(t.dim())
-    inv = [perm.index(i) for i in range(t.dim())]
-    return t.permute(perm).contiguous().permute(inv)
+    if t.numel() == 0:  # no data: nothing to read
+        return t
+    return t.contiguous(memory_format=memory_format)
+
+
+def _new_like(x, memory_format, fmt_wanted):
+    """(buffer the library writes in `memory_format`'s order, tensor to return):
+    the same tensor when `fmt_wanted` (PyTorch's format for it) has that order
+    in memory, else the result is copied into PyTorch's format afterwards."""
+    if fmt_wanted == memory_format:
+        out = torch.empty_like(x, memory_format=memory_format)
+        return out, out
+    out = torch.empty_like(x, memory_format=fmt_wanted)
+    if out.is_contiguous(memory_format=memory_format):  # degenerate shapes: same order
+        return out, out
+    return torch.empty_like(x, memory_format=memory_format), out
 
 
 def _device_of(t):
@@ -396,14 +454,24 @@ def _first_order_only(backward):
     return wrapper
 
 
+def _empty_output(x, weight, bias):
+    """The output for an input without values, with the strides PyTorch's
+    BatchNorm gives it: a clone, times weight[0], plus bias[0]."""
+    y = x.clone()
+    if weight is not None and weight.numel():
+        y = y * weight[0] + bias[0]
+    return y
+
+
 class _Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, module, layer, running):
         """running: the module's (running_mean, running_var) this call uses
         (SyncBatchNorm._running), or (None, None)."""
         x_in = x  # saved: under create_graph, x's own graph (_first_order_only)
-        layout, x = _layout_of(x)
-        y = _empty_as(x)
+        fmt = _memory_format(x)  # PyTorch's for the output; the library works in its order
+        layout, x = _layout(fmt), _dense(x, fmt)
+        y = torch.empty_like(x, memory_format=fmt) if x.numel() else _empty_output(x, weight, bias)
         v = layer.views
         # (autograd runs a Function's forward with gradients off)
         track, training = layer.track, module.training
@@ -445,7 +513,7 @@ class _Function(torch.autograd.Function):
         elif training and module.track_running_stats and nbt is not None:
             nbt.add_(1)  # running buffers set to None: PyTorch still counts the batch
         ctx.save_for_backward(x_in, weight, bias)
-        ctx.layer, ctx.layout, ctx.affine = layer, layout, module.affine
+        ctx.layer, ctx.format, ctx.affine = layer, fmt, module.affine
         ctx.param_dtype = weight.dtype if weight is not None else None
         return y
 
@@ -453,14 +521,22 @@ class _Function(torch.autograd.Function):
     @_first_order_only
     def backward(ctx, dy):
         x, weight, bias = ctx.saved_tensors
-        x = _layout_of(x)[1]  # x itself unless forward made a dense copy
+        fmt, layout = ctx.format, _layout(ctx.format)
+        dx_format = _grad_format(x, dy)  # PyTorch's for dx, from the caller's tensors
+        dy = dy.to(x.dtype)
+        x = _dense(x, fmt)  # x itself unless forward made a dense copy
         layer = ctx.layer
         _make_current(ctx, layer, weight, bias)
-        dy = _dense_as(dy.to(x.dtype), ctx.layout)
         need_dx = ctx.needs_input_grad[0]
-        dx = _empty_as(x) if need_dx else None
-        tx, tdy = _desc(layer, X, x, ctx.layout), _desc(layer, Y, dy, ctx.layout)
-        tdx = _desc(layer, DX, dx, ctx.layout) if need_dx else None
+        if need_dx and x.numel() == 0:  # PyTorch: dy times a scalar, dy's strides
+            dx, dx_out = (torch.empty_like(dy),) * 2
+        elif need_dx:
+            dx, dx_out = _new_like(x, fmt, dx_format)
+        else:
+            dx = dx_out = None
+        dy = _dense(dy, fmt)
+        tx, tdy = _desc(layer, X, x, layout), _desc(layer, Y, dy, layout)
+        tdx = _desc(layer, DX, dx, layout) if need_dx else None
         layer.set_stream()
         if ctx.affine:
             layer.check(_lib.lib.sbn_bn_zero_grad(layer.handle))
@@ -473,7 +549,9 @@ class _Function(torch.autograd.Function):
                 gw = _grad_out(layer.views[_lib.BN_TENSOR_GRAD_WEIGHT], ctx.param_dtype)
             if ctx.needs_input_grad[2]:
                 gb = _grad_out(layer.views[_lib.BN_TENSOR_GRAD_BIAS], ctx.param_dtype)
-        return dx, gw, gb, None, None, None
+        if dx_out is not dx:
+            dx_out.copy_(dx)
+        return dx_out, gw, gb, None, None, None
 
 
 class SyncBatchNorm(_BatchNorm):

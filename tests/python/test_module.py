@@ -765,6 +765,90 @@ def changed_buffers():
     expect("eval with running_var None: PyTorch's error", msgs[0] == msgs[1], " / ".join(msgs))
 
 
+def memory_formats():
+    """Inputs of every stride pattern (expanded along C or N/H/W, transposed,
+    sliced, permuted, channels_last 4-D and 5-D dense or sliced, N x C x 1 x 1,
+    empty): y and dx have the strides nn.BatchNormXd gives them on the same
+    input, for incoming gradients of several layouts, and the values of a
+    float64 BatchNorm on a contiguous copy."""
+    print("odd strides (strides against nn.BatchNormXd, values against float64):")
+    g = torch.Generator().manual_seed(21)
+    cl4, cl5 = torch.channels_last, torch.channels_last_3d
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    cases = [
+        ("expanded along C", r(3, 1, 5, 6).expand(3, 4, 5, 6)),
+        ("expanded along C, 3-D", r(3, 1, 7).expand(3, 4, 7)),
+        ("expanded along C, 5-D", r(2, 1, 2, 3, 4).expand(2, 4, 2, 3, 4)),
+        ("expanded along C, (N, C)", r(5, 1).expand(5, 4)),
+        ("channels_last (N, 1, H, W) expanded along C",
+         r(3, 1, 5, 6).contiguous(memory_format=cl4).expand(3, 4, 5, 6)),
+        ("expanded along N", r(1, 4, 5, 6).expand(3, 4, 5, 6)),
+        ("expanded along H and W", r(3, 4, 1, 1).expand(3, 4, 5, 6)),
+        ("H and W transposed", r(3, 4, 6, 5).transpose(2, 3)),
+        ("N and C transposed", r(4, 3, 5, 6).transpose(0, 1)),
+        ("(N, L, C) permuted to (N, C, L)", r(3, 7, 4).permute(0, 2, 1)),
+        ("(C, N) transposed", r(4, 5).t()),
+        ("sliced along W", r(3, 4, 5, 12)[..., ::2]),
+        ("sliced along C", r(3, 8, 5, 6)[:, ::2]),
+        ("permuted (H, N, W, C)", r(5, 3, 6, 4).permute(1, 3, 0, 2)),
+        ("channels_last", r(3, 4, 5, 6).contiguous(memory_format=cl4)),
+        ("channels_last sliced along W", r(3, 4, 5, 12).contiguous(memory_format=cl4)[..., ::2]),
+        ("channels_last sliced along C", r(3, 8, 5, 6).contiguous(memory_format=cl4)[:, ::2]),
+        ("channels_last_3d", r(2, 4, 2, 3, 4).contiguous(memory_format=cl5)),
+        ("channels_last_3d sliced along W", r(2, 4, 2, 3, 8).contiguous(memory_format=cl5)[..., ::2]),
+        ("channels_last_3d with size-1 dims", r(2, 4, 1, 3, 1).contiguous(memory_format=cl5)),
+        ("channels_last (N, C, 1, 1)", r(3, 4, 1, 1).as_strided((3, 4, 1, 1), (4, 1, 4, 4))),
+        ("dense channels_last_3d, strides not ordered like it",
+         r(8).as_strided((1, 4, 1, 2, 1), (1, 1, 1, 4, 1))),
+        ("channels_last (1, C, H, W)", r(1, 4, 5, 6).contiguous(memory_format=cl4)),
+        ("(1, C, H, 1) from a permuted tensor", r(4, 1, 5, 1).permute(1, 0, 2, 3)),
+        ("empty, channels_last", r(0, 4, 5, 6).contiguous(memory_format=cl4)),
+        ("empty, H and W transposed", r(0, 4, 6, 5).transpose(2, 3)),
+        ("empty, expanded along C", r(0, 1, 5, 6).expand(0, 4, 5, 6)),
+    ]
+    kinds = {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}
+
+    def grads(y):  # incoming gradients: contiguous, channels_last, y's own, transposed C
+        dy = torch.randn(y.shape, generator=g)
+        out = [dy, torch.empty_like(y).copy_(dy)]
+        if y.dim() in (4, 5):
+            out.append(dy.contiguous(memory_format=cl4 if y.dim() == 4 else cl5))
+        if y.dim() >= 3:
+            out.append(dy.transpose(1, 2).contiguous().transpose(1, 2))
+        return out
+
+    for name, x in cases:
+        bad, err = [], 0.0
+        for training in (True, False):
+            ref = kinds[x.dim()](4).train(training)
+            with torch.no_grad():
+                ref.weight.uniform_(0.5, 1.5, generator=g), ref.bias.uniform_(-1, 1, generator=g)
+                ref.running_mean.uniform_(-1, 1, generator=g), ref.running_var.uniform_(1, 2, generator=g)
+            ours = sbn.convert_sync_batchnorm(copy.deepcopy(ref))
+            exact = copy.deepcopy(ref).double()
+            xr, xo = x.detach().requires_grad_(), x.detach().requires_grad_()
+            x64 = x.detach().double().contiguous().requires_grad_()
+            yr, yo, y64 = ref(xr), ours(xo), exact(x64)
+            if yr.stride() != yo.stride():
+                bad.append("%s y %s, nn.BatchNorm %s" % ("training" if training else "eval",
+                                                         yo.stride(), yr.stride()))
+            err = max(err, rel_err(yo, y64))
+            for dy in grads(yr):
+                dxr, = torch.autograd.grad(yr, xr, dy, retain_graph=True)
+                dxo, = torch.autograd.grad(yo, xo, dy, retain_graph=True)
+                dx64, = torch.autograd.grad(y64, x64, dy.double().contiguous(), retain_graph=True)
+                if dxr.stride() != dxo.stride():
+                    bad.append("%s dx %s, nn.BatchNorm %s (dy %s)" % (
+                        "training" if training else "eval", dxo.stride(), dxr.stride(), dy.stride()))
+                err = max(err, rel_err(dxo, dx64))
+        expect("%s %s: strides of y and dx as nn.BatchNorm's" % (name, tuple(x.stride())), not bad,
+               "; ".join(bad[:3]) + ("; ..." if len(bad) > 3 else ""))
+        check("    y, dx vs float64", err, 1e-5)
+
+
 def pytorch_edges():
     """What PyTorch's BatchNorm accepts and a user may try: weight or bias set
     to None, momentum outside [0, 1] (PyTorch applies its formula), a momentum
@@ -869,6 +953,7 @@ if __name__ == "__main__":
     changed_buffers()
     nonfinite()
     empty_inputs()
+    memory_formats()
     compiled()
     traced()
     pytorch_edges()
