@@ -459,7 +459,9 @@ def _empty_output(x, weight, bias):
     BatchNorm gives it: a clone, times weight[0], plus bias[0]."""
     y = x.clone()
     if weight is not None and weight.numel():
-        y = y * weight[0] + bias[0]
+        y = y * weight[0]
+    if bias is not None and bias.numel():
+        y = y + bias[0]
     return y
 
 
@@ -705,6 +707,8 @@ class SyncBatchNorm(_BatchNorm):
 
     @_not_traced
     def _library_forward(self, input):
+        if input.dim() > _lib.MAX_DIMS:
+            return self._folded_forward(input)
         self._check_devices(input)
         device = _device_of(input)
         if device[0] == _lib.DEVICE_CPU:
@@ -764,10 +768,37 @@ class SyncBatchNorm(_BatchNorm):
                               "parameters and buffers are %s; convert the input or the module "
                               "(module.double(), module.float()), as torch.nn.BatchNorm requires"
                               % (input.dtype, self._state_dtype(input))) from None
+            if input.dim() < 2:  # the library's "2D to 5D" is about its own limit
+                raise type(e)(e.code, "syncbn.torch.SyncBatchNorm: expected at least 2D input "
+                              "(got %dD input)" % input.dim()) from None
             if input.dtype in _DTYPES:
                 raise
-            # The library refused it on every rank; name the dtype as torch does.
-            raise type(e)(e.code, "%s (the input is %s)" % (e.detail, input.dtype)) from None
+            # The library refused it on every rank; say so in torch's terms.
+            raise type(e)(e.code, "syncbn.torch.SyncBatchNorm: the input is %s; it takes float32, "
+                          "bfloat16, float16 or float64 inputs" % input.dtype) from None
+
+    def _folded_forward(self, input):
+        """An input of more dims than the library takes (PyTorch's BatchNorm
+        takes any from 2): its trailing dims fold into one, (N, C, L), which
+        normalizes the same values per channel. PyTorch's output (and dx)
+        for such inputs is contiguous, and so is this one's."""
+        length = 1
+        for size in input.shape[2:]:
+            length *= size
+        folded = input.reshape(input.shape[0], input.shape[1], length)
+        try:
+            out = self._library_forward(folded).view(input.shape)
+        except SyncBNError as e:  # name the caller's shape, not the folded one
+            shape = str(list(folded.shape))
+            if shape not in e.detail:
+                raise
+            raise type(e)(e.code, e.detail.replace(shape, "%s, folded to %s" % (list(input.shape), shape))) \
+                from None
+        if input.numel() == 0:  # no values: the strides PyTorch's clone of the input has
+            with torch.no_grad():
+                strides = _empty_output(input, self.weight, self.bias).stride()
+            out = out.as_strided(input.shape, strides)
+        return out
 
     @classmethod
     def convert_sync_batchnorm(cls, module, process_group=None):

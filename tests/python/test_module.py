@@ -357,9 +357,12 @@ def errors():
         expect(name, False, "no exception")
 
     m = sbn.SyncBatchNorm(4)
-    raises("1-D input", lambda: m(torch.randn(4)), "SBN_STATUS_INVALID_ARGUMENT", "expected 2D to 5D")
-    raises("6-D input", lambda: m(torch.randn(2, 4, 1, 1, 1, 2)), "SBN_STATUS_INVALID_ARGUMENT",
-           "expected 2D to 5D")
+    raises("1-D input", lambda: m(torch.randn(4)), "SBN_STATUS_INVALID_ARGUMENT",
+           "expected at least 2D input (got 1D input)")  # PyTorch's words
+    raises("0-D input", lambda: m(torch.tensor(1.0)), "SBN_STATUS_INVALID_ARGUMENT",
+           "expected at least 2D input (got 0D input)")
+    raises("6-D input, wrong C", lambda: m(torch.randn(2, 3, 1, 1, 1, 2)), "SBN_STATUS_INVALID_ARGUMENT",
+           "num_features = 4")
     raises("wrong C", lambda: m(torch.randn(2, 3, 5)), "SBN_STATUS_INVALID_ARGUMENT", "num_features = 4")
     raises("float64 input to a float32 module (PyTorch raises too)",
            lambda: m(torch.randn(2, 4, 5, dtype=torch.float64)),
@@ -853,7 +856,8 @@ def pytorch_edges():
     """What PyTorch's BatchNorm accepts and a user may try: weight or bias set
     to None, momentum outside [0, 1] (PyTorch applies its formula), a momentum
     schedule (one library layer, not one per value), eps < 0 in eval, a 16-bit
-    module given float32 input (PyTorch refuses), torch.fx.symbolic_trace."""
+    module given float32 input (PyTorch refuses), inputs of more than 5 dims,
+    torch.fx.symbolic_trace."""
     print("PyTorch's edges (float64 modules against nn.BatchNorm2d):")
     g = torch.Generator().manual_seed(11)
     xs = [torch.randn(4, 3, 5, 5, generator=g, dtype=torch.float64) * 2 + 1 for _ in range(3)]
@@ -916,6 +920,26 @@ def pytorch_edges():
                 msgs.append(str(e).splitlines()[0])
         expect("float32 input to a %s module: refused, as by PyTorch" % str(dtype)[6:],
                msgs[1] != "no error" and "float32" in msgs[1] and str(dtype)[6:] in msgs[1], msgs[1])
+
+    for shape in ((3, 3, 2, 1, 2, 3), (2, 3, 2, 1, 2, 2, 3), (0, 3, 2, 2, 2, 2)):
+        # More than 5 dims: PyTorch's SyncBatchNorm (and F.batch_norm) take any from 2.
+        ours, ref = pair()
+        ref._check_input_dim = lambda x: None  # BatchNorm2d's own check aside: F.batch_norm decides
+        err, strides_ok = 0.0, True
+        for x in (torch.randn(shape, generator=g, dtype=torch.float64),
+                  torch.randn(shape, generator=g, dtype=torch.float64).transpose(2, 4)):
+            for training in (True, False):
+                ours.train(training), ref.train(training)
+                a, b = x.detach().requires_grad_(), x.detach().requires_grad_()
+                ya, yb = ours(a), ref(b)
+                dy = torch.randn(ya.shape, generator=g, dtype=torch.float64)
+                da, = torch.autograd.grad(ya, a, dy)
+                db, = torch.autograd.grad(yb, b, dy)
+                err = max(err, rel_err(ya, yb), rel_err(da, db), rel_err(ours.running_var, ref.running_var))
+                strides_ok &= ya.stride() == yb.stride() and da.stride() == db.stride()
+        check("%d-D input %s: y, dx, running_var vs nn.BatchNorm" % (len(shape), shape), err, 1e-12)
+        expect("    strides of y and dx as nn.BatchNorm's, num_batches_tracked %d" % int(ref.num_batches_tracked),
+               strides_ok and int(ours.num_batches_tracked) == int(ref.num_batches_tracked))
 
     torch.manual_seed(5)
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 9, 6),
