@@ -840,6 +840,17 @@ def _share_state(dst, src):
         dst.qconfig = src.qconfig
 
 
+def _check_initialized(bn):
+    """A lazy BatchNorm (nn.LazyBatchNorm2d, ...) learns num_features at its
+    first forward; converted before that it would become a layer of 0
+    channels that fails at its first call, far from the cause."""
+    has_uninitialized = getattr(bn, "has_uninitialized_params", None)
+    if has_uninitialized is not None and has_uninitialized():
+        raise ValueError("syncbn.torch.convert_sync_batchnorm: %s has uninitialized parameters (a lazy "
+                         "BatchNorm before its first forward): run one forward of the model, then "
+                         "convert it" % type(bn).__name__)
+
+
 def convert_sync_batchnorm(module, process_group=None):
     """Replace every BatchNorm (any torch.nn.modules.batchnorm._BatchNorm:
     BatchNorm1d/2d/3d, torch.nn.SyncBatchNorm, ...) in `module` by a
@@ -849,6 +860,7 @@ def convert_sync_batchnorm(module, process_group=None):
     wrapping the model in DistributedDataParallel."""
     out = module
     if isinstance(module, _BatchNorm):
+        _check_initialized(module)
         out = SyncBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
                             module.track_running_stats, process_group)
         _share_state(out, module)

@@ -340,6 +340,37 @@ def convert_revert():
            all(type(m) is sbn.SyncBatchNorm for m in ours.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)))
     xr = sbn.revert_sync_batchnorm(sbn.SyncBatchNorm(3))
     expect("revert of a bare SyncBatchNorm gives BatchNormXd", type(xr) is sbn.BatchNormXd)
+    import warnings
+    with warnings.catch_warnings():  # "Lazy modules are a new feature ..."
+        warnings.simplefilter("ignore")
+        lazy = nn.Sequential(nn.Conv2d(3, 4, 3), nn.LazyBatchNorm2d())
+    try:
+        sbn.convert_sync_batchnorm(lazy)
+        expect("a lazy BatchNorm before its first forward: a clear error", False, "no exception")
+    except ValueError as e:
+        expect("a lazy BatchNorm before its first forward: a clear error", "first forward" in str(e), str(e))
+    lazy(x)  # the dry run: LazyBatchNorm2d becomes BatchNorm2d(4)
+    lazy_conv = sbn.convert_sync_batchnorm(lazy)
+    expect("... and after it, converted", type(lazy_conv[1]) is sbn.SyncBatchNorm and lazy_conv[1].num_features == 4)
+    # The whole converted model through torch.save / pickle (the library's layers
+    # are not saved; the loaded model makes its own) trains on as the original.
+    import io
+    import pickle
+    torch.manual_seed(4)
+    orig = sbn.convert_sync_batchnorm(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+                                                    nn.Flatten(), nn.Linear(36, 3), nn.BatchNorm1d(3)))
+    xs = [torch.randn(6, 3, 5, 5) for _ in range(3)]
+    orig(xs[0]).square().sum().backward()
+    buf = io.BytesIO()
+    torch.save(orig, buf)
+    buf.seek(0)
+    copies = [torch.load(buf), pickle.loads(pickle.dumps(orig))]
+    err = 0.0
+    for x_step in xs[1:]:
+        ys = [m(x_step) for m in [orig] + copies]
+        err = max([err] + [rel_err(y, ys[0]) for y in ys[1:]])
+    err = max([err] + [rel_err(m[5].running_var, orig[5].running_var) for m in copies])
+    check("whole model torch.save/load and pickle, 2 more steps: y, running_var", err, 0.0)
 
 
 def errors():
