@@ -6,7 +6,8 @@ with torch.multiprocessing and a file:// rendezvous (no torchrun):
    SyncBatchNorm trains k steps with uneven (and, for 3 processes, one empty)
    per-rank batches; losses, parameters and running statistics must match one
    process training nn.BatchNorm2d on the concatenated batch; the same with
-   two views of each batch through the network before each backward. The negative
+   two views of each batch through the network before each backward, and
+   with broadcast_buffers=False. The negative
    control (the same DDP run with local nn.BatchNorm2d) must fail that check.
  - the layer alone: y, dx, the ranks' summed grad_weight/grad_bias, running
    statistics and num_batches_tracked against a float64 reference on the
@@ -98,12 +99,13 @@ def rank_slice(split, rank):
 
 
 # ---------------------------------------------------------------- workers
-def train(model, P, rank, channels_last, distributed, two_views=False):
+def train(model, P, rank, channels_last, distributed, two_views=False, broadcast_buffers=True):
     split = SPLITS[P] if distributed else [sum(SPLITS[P])]
     n_global = sum(split)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    net = nn.parallel.DistributedDataParallel(model) if distributed else model
+    net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=broadcast_buffers) \
+        if distributed else model
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     losses = []
     for step in range(STEPS):
@@ -172,6 +174,26 @@ def module_case(rank, P, idx, case):
     return out
 
 
+def strides_case(rank, P):
+    """Inputs expanded along C and transposed, in a synchronized training
+    forward and in eval: do y and dx get the strides nn.BatchNorm2d gives on
+    this rank's input? (True per case.)"""
+    n = MODULE_SPLITS[P][rank]
+    g = torch.Generator().manual_seed(40 + rank)
+    out = []
+    for x in (torch.randn(n, 1, 4, 5, generator=g).expand(n, C_MODULE, 4, 5),
+              torch.randn(n, C_MODULE, 5, 4, generator=g).transpose(2, 3)):
+        for training in (True, False):
+            ours, ref = sbn.SyncBatchNorm(C_MODULE).train(training), nn.BatchNorm2d(C_MODULE).train(training)
+            a, b = x.detach().requires_grad_(), x.detach().requires_grad_()
+            ya, yb = ours(a), ref(b)  # (a rank's batch may be empty: PyTorch's output then too)
+            dy = torch.randn(ya.shape, generator=g)
+            da, = torch.autograd.grad(ya, a, dy)
+            db, = torch.autograd.grad(yb, b, dy)
+            out.append(ya.stride() == yb.stride() and da.stride() == db.stride())
+    return out
+
+
 def subgroup_case(rank, P):
     """P = 3: a layer on new_group([0, 2]); rank 1 trains alone (plain BN)."""
     pg02 = dist.new_group([0, 2])  # (every rank creates every group)
@@ -232,7 +254,7 @@ def misuse(rank, P):
     res["mismatch_nbt"] = int(m.num_batches_tracked)
     m = sbn.SyncBatchNorm(4)
     try:
-        m(torch.randn(3, 4, 2, 2, 2, 2) if rank == 0 else torch.randn(3, 4, 2))
+        m(torch.randn(4) if rank == 0 else torch.randn(3, 4, 2))  # a 1-D input on rank 0
         res["local"] = ("no error", "")
     except syncbn.SyncBNError as e:
         res["local"] = (e.status, str(e))
@@ -272,6 +294,11 @@ def worker(rank, P, init_file):
                             timeout=timedelta(seconds=60))
     out = {"ddp_sync": train(sbn.convert_sync_batchnorm(make_model()), P, rank, P == 2, True)}
     out["ddp_two_views"] = train(sbn.convert_sync_batchnorm(make_model()), P, rank, False, True, True)
+    # DDP without its buffer broadcast: the running statistics agree anyway,
+    # each rank's layer computing them from the same global batch statistics.
+    out["ddp_no_broadcast"] = train(sbn.convert_sync_batchnorm(make_model()), P, rank, P == 2, True,
+                                    broadcast_buffers=False)
+    out["strides"] = strides_case(rank, P)
     if 0 not in SPLITS[P]:  # local BatchNorm cannot train on an empty rank
         out["ddp_local"] = train(make_model(), P, rank, P == 2, True)
     out["module"] = [module_case(rank, P, i, c) for i, c in enumerate(MODULE_CASES)]
@@ -336,6 +363,10 @@ def run(P):
         expect("negative control: local BatchNorm under DDP fails the same check (err %.2e > tol %.0e)" % (err, TOL_TRAIN),
                err > TOL_TRAIN)
         print("    losses local BN: %s" % " ".join("%.5f" % v for v in local[0]["losses"]))
+    print("DDP training with broadcast_buffers=False:")
+    compare_training(P, [("SyncBN, no buffer broadcast", [r["ddp_no_broadcast"] for r in res])], ref32, ref64)
+    expect("inputs expanded along C and transposed: y and dx strides as nn.BatchNorm2d's, every rank",
+           all(all(r["strides"]) for r in res), str([r["strides"] for r in res]))
     print("DDP training, two views of each batch through the network before each backward:")
     compare_training(P, [("SyncBN two views", [r["ddp_two_views"] for r in res])],
                      train(make_model(), P, 0, False, False, True),
@@ -405,7 +436,7 @@ def run(P):
            ", ".join("rank %d %s in %.2f s" % (r, m["mismatch"][0], m["mismatch_s"]) for r, m in enumerate(mm)))
     expect("  no state changed by the failed forward", all(m["mismatch_nbt"] == 0 for m in mm))
     print("    rank 1 sees: %s" % mm[1]["local"][1])
-    expect("  6-D input on rank 0: its own error there, PEER_FAILED elsewhere",
+    expect("  1-D input on rank 0: its own error there, PEER_FAILED elsewhere",
            mm[0]["local"][0] == "SBN_STATUS_INVALID_ARGUMENT" and
            all(m["local"][0] == "SBN_STATUS_PEER_FAILED" for m in mm[1:]))
     print("    rank %d sees: %s" % (P - 1, mm[P - 1]["dtype"][1]))
