@@ -559,8 +559,9 @@ class _Function(torch.autograd.Function):
 class SyncBatchNorm(_BatchNorm):
     r"""Batch normalization synchronized over a torch.distributed process group,
     on CPU tensors (float32, bfloat16 or float16; float64 for a module made
-    float64 with ``.double()``, as PyTorch's; channels-first or
-    channels_last; (N, C), (N, C, L), (N, C, H, W) or (N, C, D, H, W)).
+    float64 with ``.double()``, as PyTorch's; any strides, the output and
+    input gradient in the memory format PyTorch's BatchNorm gives them;
+    (N, C), (N, C, L), (N, C, H, W), (N, C, D, H, W) or more dims).
 
     Same arguments, parameters, buffers and state dict as
     ``torch.nn.SyncBatchNorm``. In training, mean and biased variance are
