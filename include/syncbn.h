@@ -22,7 +22,9 @@
  *                   also when empty); a value that is not a positive number,
  *                   all of it ("abc", "0", "2x"), makes the group constructors
  *                   that use it (threads, MPI, NCCL) fail with
- *                   SBN_STATUS_INVALID_ARGUMENT naming the value
+ *                   SBN_STATUS_INVALID_ARGUMENT naming the value (MPI: on
+ *                   every rank; a rank whose own value is fine gets
+ *                   SBN_STATUS_PEER_FAILED naming the rank that refused)
  *   SYNCBN_DEBUG    1: print every error to stderr as it is recorded
  *   SYNCBN_NUM_THREADS  CPU kernel threads per rank (see sbn_set_num_threads)
  *   SYNCBN_CPU_ISA  generic|avx2|avx512|avx512bf16: force a kernel level

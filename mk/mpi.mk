@@ -19,7 +19,7 @@ DEPS_TEST += libopenmpi-dev openmpi-bin
 # rather than calling libsyncbn's through the host table.
 MPI_LIB_SRCS := src/comm/mpi.c src/comm/mpi_pair.c src/comm/mpi_reqs.c src/comm/exact_sum.c src/comm/exact_pair.c src/comm/exact_lanes.c src/comm/exact_lanes_blocks.c src/comm/sum_plan.c
 
-MPI_TEST_NAMES := test_mpi_equivalence test_mpi_faults torch_peer_mpi
+MPI_TEST_NAMES := test_mpi_equivalence test_mpi_faults test_mpi_group_setup torch_peer_mpi
 MPI_TEST_BINS := $(MPI_TEST_NAMES:%=$(BUILD)/tests/mpi/%)
 MPI_STUB_TEST := $(BUILD)/tests/mpi/test_mpi_stub
 
@@ -32,6 +32,7 @@ $(BUILD)/src/comm/mpi.o $(BUILD)/shared/src/comm/mpi.o $(BUILD)/src/comm/mpi_req
 all: $(MPI_TEST_BINS)
 EXTRA_TEST_CMDS += 'cmd:tests/mpi/run_mpi.sh $(BUILD) equivalence' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) faults' \
+                   'cmd:tests/mpi/run_mpi.sh $(BUILD) setup' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) algorithms' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) kill' \
                    'cmd:tests/mpi/run_mpi.sh $(BUILD) torch'

@@ -870,8 +870,13 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm_p, size_t c
   MPI_Comm comm;
   memcpy(&comm, comm_p, sizeof comm);
   if (comm == MPI_COMM_NULL) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_group_from_mpi: comm is MPI_COMM_NULL");
-  const double timeout = sbn_default_timeout();
-  if (isnan(timeout)) return SBN_STATUS_INVALID_ARGUMENT; /* recorded, naming the value */
+  /* An invalid SYNCBN_TIMEOUT is refused after the ranks agree (below), so
+   * that a rank whose launcher gave it another value than its peers' does
+   * not leave them waiting in the duplication until their timeout. */
+  double timeout = sbn_default_timeout();
+  char refused[512] = "";
+  if (isnan(timeout)) /* refused; the default bounds this call's waits */
+    snprintf(refused, sizeof refused, "%s", sbn_last_error()), timeout = 300;
   int inter = 0;
   MPI_Comm_test_inter(comm, &inter);
   if (inter)
@@ -907,37 +912,49 @@ sbn_status sbn_group_from_mpi_comm(sbn_group **out, const void *comm_p, size_t c
     backoff(t);
   }
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  /* The two-rank path unless SYNCBN_MPI_PAIR=0. Every rank must take the
-   * same path, so with two ranks they agree (the minimum) here, within the
-   * same timeout: a launcher that passes the variable to one rank only
-   * must not make the ranks wait for each other in different calls. */
+  /* The ranks agree on what each decided alone: the two-rank path unless
+   * SYNCBN_MPI_PAIR=0 (every rank must take the same path: the minimum),
+   * and whether some rank refused its SYNCBN_TIMEOUT (the lowest such
+   * rank). Within the same timeout: a launcher that passes a variable to
+   * one rank only must not make the ranks wait for each other in
+   * different calls. */
   const char *env = getenv("SYNCBN_MPI_PAIR");
-  int pair = !(env && env[0] == '0' && !env[1]), P = 0;
+  int pair = !(env && env[0] == '0' && !env[1]), P = 0, me = 0;
   MPI_Comm_size(dup, &P);
-  if (P == 2) {
-    int *ag = malloc(2 * sizeof *ag); /* [mine, agreed]: on the heap, a timed-out reduction may still name it */
+  MPI_Comm_rank(dup, &me);
+  int refuser = refused[0] ? me : P;
+  if (P > 1) {
+    int *ag = malloc(4 * sizeof *ag); /* [mine x2, agreed x2]: on the heap, a timed-out reduction may still name it */
     if (!ag) {
       MPI_Comm_free(&dup);
       return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_group_from_mpi: out of memory");
     }
-    ag[0] = pair;
-    rc = MPI_Iallreduce(&ag[0], &ag[1], 1, MPI_INT, MPI_MIN, dup, &req);
+    ag[0] = pair, ag[1] = refuser;
+    rc = MPI_Iallreduce(&ag[0], &ag[2], 2, MPI_INT, MPI_MIN, dup, &req);
     for (int flag = 0; rc == MPI_SUCCESS && !flag;) {
       rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
       double t = now_s() - start;
-      if (rc == MPI_SUCCESS && !flag && t > timeout) { /* the peer dropped out between the two calls */
+      if (rc == MPI_SUCCESS && !flag && t > timeout) { /* a peer dropped out between the two calls */
         sbn_keep_on_purpose(ag);
         return sbn_fail(SBN_STATUS_TIMEOUT, "sbn_group_from_mpi: timed out after %g s on communicator '%s': "
-                        "the other rank did not finish sbn_group_from_mpi", timeout, name);
+                        "not every rank finished sbn_group_from_mpi", timeout, name);
       }
       if (!flag) backoff(t);
     }
-    pair = ag[1];
+    pair = ag[2], refuser = ag[3];
     free(ag);
     if (rc != MPI_SUCCESS) {
       MPI_Comm_free(&dup);
       return sbn_fail(SBN_STATUS_BACKEND_ERROR, "sbn_group_from_mpi: MPI_Iallreduce failed (error %d)", rc);
     }
+  }
+  if (refuser < P) {
+    MPI_Comm_free(&dup);
+    if (refused[0]) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s", refused);
+    return sbn_fail(SBN_STATUS_PEER_FAILED,
+                    "sbn_group_from_mpi: rank %d of communicator '%s' refused its SYNCBN_TIMEOUT (not a "
+                    "positive number of seconds; inf: wait forever), so no rank made the group",
+                    refuser, name);
   }
   return wrap_comm(out, dup, name, pair);
 }

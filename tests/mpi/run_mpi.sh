@@ -2,7 +2,7 @@
 # The MPI tests of `make test` (entries of EXTRA_TEST_CMDS in mk/mpi.mk).
 # Each mpirun is bounded by `timeout`, so a hang fails instead of stalling
 # CI; every part prints its evidence; exit status non-zero on any failure.
-# Usage: tests/mpi/run_mpi.sh BUILD equivalence|faults|algorithms|kill|torch
+# Usage: tests/mpi/run_mpi.sh BUILD equivalence|faults|setup|algorithms|kill|torch
 #        tests/mpi/run_mpi.sh BUILD cuda PROGRAM   (test_cuda_mpi: GPU or emulated)
 set -u
 build=$1; what=$2
@@ -78,6 +78,19 @@ faults)
   for np in 2 3; do
     echo "### SYNCBN_TIMEOUT=1e30 mpirun -np $np test_mpi_faults forever"
     SYNCBN_TIMEOUT=1e30 timeout -k 5 60 "${MPIRUN[@]}" -x SYNCBN_TIMEOUT -np "$np" "$build/tests/mpi/test_mpi_faults" forever || fail "forever np=$np (exit $?)"
+  done ;;
+setup)
+  # Making groups: an invalid SYNCBN_TIMEOUT is refused by the constructor
+  # on every rank.
+  for v in abc 0 2x; do
+    for np in 2 3; do
+      echo "### SYNCBN_TIMEOUT='$v' mpirun -np $np test_mpi_group_setup bad_timeout"
+      SYNCBN_TIMEOUT=$v timeout -k 5 60 "${MPIRUN[@]}" -x SYNCBN_TIMEOUT -np "$np" "$build/tests/mpi/test_mpi_group_setup" bad_timeout || fail "bad_timeout '$v' np=$np (exit $?)"
+    done
+  done
+  for np in 2 3; do
+    echo "### mpirun -np $np test_mpi_group_setup bad_timeout_one"
+    abandoning timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_group_setup" bad_timeout_one || fail "bad_timeout_one np=$np (exit $?)"
   done ;;
 algorithms)
   # Reproducibility: the same bits whatever reduction algorithm the engine
