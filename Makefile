@@ -49,7 +49,7 @@ LIB_SRCS := src/core/status.c src/core/tensor.c src/core/bn.c src/core/device.c 
             src/cpu/bn_kernels.c \
             src/comm/group.c src/comm/threads.c src/comm/backend_host.c
 TEST_SUPPORT := tests/testutil.c tests/bn_case.c tests/records_case.c
-TESTS    := test_status test_team_start test_groups test_reference test_float64 test_equivalence test_misuse test_determinism test_empty test_bad_input test_first_call test_records
+TESTS    := test_status test_team_start test_groups test_split_fault test_reference test_float64 test_equivalence test_misuse test_determinism test_empty test_bad_input test_first_call test_records
 TOOLS    := syncbn-demo
 EXAMPLES := two_ranks
 EXTRA_TEST_CMDS := cmd:$(BUILD)/examples/two_ranks cmd:$(BUILD)/tools/syncbn-demo

@@ -215,7 +215,9 @@ SBN_API sbn_status sbn_group_set_timeout(sbn_group *group, double seconds);
 
 /* MPI-style split: ranks with the same color >= 0 form a group ordered by
  * (key, parent rank). color SBN_UNDEFINED: *out = NULL and
- * SBN_STATUS_NOT_MEMBER. */
+ * SBN_STATUS_NOT_MEMBER. Success is agreed: when one rank fails (e.g. out
+ * of memory for its handle), every rank fails at once, the others with
+ * SBN_STATUS_PEER_FAILED naming it, and nobody keeps a group. */
 SBN_API sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color, int key);
 /* PyTorch-style new_group: `ranks` (parent ranks, distinct, n >= 1) form a
  * group ordered as listed. Every parent rank passes the same list; ranks not

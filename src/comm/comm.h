@@ -52,8 +52,12 @@ typedef struct sbn_comm_ops {
                           const sbn_sig *sig);
   sbn_status (*broadcast)(sbn_group *g, void *buf, size_t bytes, int root, const sbn_sig *sig);
   sbn_status (*barrier)(sbn_group *g, const sbn_sig *sig);
-  /* Collective over g; *out = NULL and SBN_STATUS_NOT_MEMBER for color < 0. */
-  sbn_status (*split)(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig);
+  /* Collective over g; *out = NULL and SBN_STATUS_NOT_MEMBER for color < 0.
+   * Sets *agreed once every rank is known to make this same call (the
+   * signatures matched): a failure after that point is this rank's alone,
+   * and the caller tells the others (group.c, split_agreed). */
+  sbn_status (*split)(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig,
+                      int *agreed);
   void (*destroy)(sbn_group *g);
   /* Optional (NULL for host-only backends): the same sum as allreduce, of
    * `count` FLOAT64 values in device memory, enqueued on `stream` (a

@@ -221,7 +221,7 @@ static sbn_status group_from(sbn_group **out, const sbn_custom_ops *ops, const c
 }
 
 static sbn_status custom_split(sbn_group **out, sbn_group *g, int color, int key,
-                               const sbn_sig *sig) {
+                               const sbn_sig *sig, int *agreed) {
   custom_impl *c = g->impl;
   /* Decided locally, identically on every rank: no communication. */
   if (!c->ops.split)
@@ -231,6 +231,7 @@ static sbn_status custom_split(sbn_group **out, sbn_group *g, int color, int key
                     "instead", g->name, c->engine);
   sbn_status st = agree(g, sig);
   if (st != SBN_STATUS_OK) return st;
+  *agreed = 1;
   void *nctx = NULL;
   int nrank = -1, nsize = 0;
   callback_msg[0] = '\0';

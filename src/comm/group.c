@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "group_testhook.h"
 #include "../core/tensor.h"
 
 /* A timeout in seconds as the backends use it: >= SBN_TIMEOUT_FOREVER (or
@@ -44,8 +45,14 @@ static uint64_t next_root_id(void) {
   return __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
 }
 
+_Thread_local int sbn_group_test_alloc_failures;
+
 sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int size,
                            const char *name) {
+  if (sbn_group_test_alloc_failures > 0) {
+    sbn_group_test_alloc_failures--;
+    return NULL;
+  }
   sbn_group *g = calloc(1, sizeof *g);
   if (!g) return NULL;
   g->world_ranks = malloc(sizeof(int) * (size_t)size);
@@ -210,18 +217,61 @@ sbn_status sbn_group_barrier(sbn_group *g) {
 }
 
 /* A new sub-group learns its members' root ranks (one small all-reduce on
- * the new group: every member just received it, so all call this). */
-static sbn_status inherit_lineage(sbn_group *g, const sbn_group *parent) {
-  double *ranks = calloc((size_t)g->size, sizeof *ranks);
-  if (!ranks) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s': out of memory", g->name);
+ * the new group: every member just received it, so all call this).
+ * ranks: g->size doubles, allocated by the caller before the split's
+ * agreement (so that failing to allocate them is part of it). */
+static sbn_status inherit_lineage(sbn_group *g, const sbn_group *parent, double *ranks) {
+  memset(ranks, 0, sizeof *ranks * (size_t)g->size);
   ranks[g->rank] = parent->world_ranks[parent->rank];
   sbn_sig sig;
   sbn_sig_init(&sig, SBN_SIG_KIND_SPLIT, -1, g->size, SBN_DTYPE_FLOAT64, "lineage of a new group");
   sbn_status st = g->ops->allreduce(g, ranks, (size_t)g->size, SBN_DTYPE_FLOAT64, &sig);
   for (int i = 0; st == SBN_STATUS_OK && i < g->size; i++) g->world_ranks[i] = (int)ranks[i];
   g->root_id = parent->root_id;
-  free(ranks);
   return st;
+}
+
+/* The backend's split, then agreement on its outcome. Once the ranks have
+ * agreed on the call, making this rank's handle can still fail here alone
+ * (out of memory); its new group's members would then wait for it in
+ * their first collective until the timeout. So one more collective over
+ * the parent carries every rank's outcome: each rank returns at once, the
+ * failing one its own error, the others SBN_STATUS_PEER_FAILED naming it,
+ * and nobody keeps a group (the parent stays usable). Non-members
+ * (SBN_STATUS_NOT_MEMBER) count as success. */
+static sbn_status split_agreed(sbn_group **out, sbn_group *parent, int color, int key, const sbn_sig *sig) {
+  sbn_group *g = NULL;
+  int agreed = 0;
+  sbn_status st = parent->ops->split(&g, parent, color, key, sig, &agreed);
+  if (!agreed) return st; /* every rank has the same verdict, or the parent broke */
+  double *ranks = NULL;
+  if (st == SBN_STATUS_OK && !(ranks = malloc(sizeof *ranks * (size_t)g->size)))
+    st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "group '%s': out of memory for its lineage", g->name);
+  sbn_sig outcome;
+  sbn_sig_init(&outcome, SBN_SIG_KIND_SPLIT, -1, 0, SBN_DTYPE_FLOAT32, "outcome of %.200s", sig->what);
+  outcome.extra = 1; /* not the split's own signature */
+  if (st != SBN_STATUS_OK && st != SBN_STATUS_NOT_MEMBER) sbn_sig_set_error(&outcome, st);
+  char mine[sizeof outcome.what];
+  snprintf(mine, sizeof mine, "%s", sbn_last_error());
+  sbn_status verdict = parent->ops->barrier(parent, &outcome);
+  if (outcome.status != SBN_STATUS_OK) { /* ours: keep it, whatever the barrier said */
+    if (verdict == st) sbn_failure_told();
+    sbn_restore_error(mine);
+    verdict = st;
+  }
+  if (verdict == SBN_STATUS_OK && st == SBN_STATUS_NOT_MEMBER) {
+    sbn_restore_error(mine);
+    verdict = st;
+  }
+  if (verdict == SBN_STATUS_OK && (verdict = inherit_lineage(g, parent, ranks)) == SBN_STATUS_OK) *out = g;
+  free(ranks);
+  if (!*out) {
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", sbn_last_error());
+    sbn_group_destroy(g);
+    sbn_restore_error(keep);
+  }
+  return verdict;
 }
 
 int sbn_group_contains(const sbn_group *outer, const sbn_group *inner) {
@@ -247,11 +297,7 @@ sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color, int ke
     sbn_sig_set_error(&sig, sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                                      "sbn_group_split: color %d is negative (use SBN_UNDEFINED)", color));
   sbn_group *tmp = NULL;
-  sbn_status st = parent->ops->split(&tmp, parent, color, key, &sig);
-  if (st == SBN_STATUS_OK && (st = inherit_lineage(tmp, parent)) != SBN_STATUS_OK) {
-    sbn_group_destroy(tmp);
-    tmp = NULL;
-  }
+  sbn_status st = split_agreed(&tmp, parent, color, key, &sig);
   if (out) *out = tmp;
   return st;
 }
@@ -305,11 +351,10 @@ sbn_status sbn_group_new(sbn_group **out, sbn_group *parent, int n, const int *r
   sbn_sig_init(&split_sig, SBN_SIG_KIND_SPLIT, -1, 0, SBN_DTYPE_FLOAT32, "new_group(ranks={%s})",
                list);
   sbn_group *g = NULL;
-  st = parent->ops->split(&g, parent, position >= 0 ? 0 : SBN_UNDEFINED, position, &split_sig);
+  st = split_agreed(&g, parent, position >= 0 ? 0 : SBN_UNDEFINED, position, &split_sig);
   if (st == SBN_STATUS_NOT_MEMBER)
     return sbn_fail(SBN_STATUS_NOT_MEMBER, "sbn_group_new: rank %d of '%s' is not in {%s}",
                     parent->rank, parent->name, list);
-  if (st == SBN_STATUS_OK && (st = inherit_lineage(g, parent)) != SBN_STATUS_OK) sbn_group_destroy(g);
   if (st != SBN_STATUS_OK) return st;
   snprintf(g->name, sizeof g->name, "%.60s/ranks{%.50s}", parent->name, list);
   *out = g;

@@ -784,18 +784,22 @@ static sbn_status wrap_comm(sbn_group **out, MPI_Comm comm, const char *name, in
   return SBN_STATUS_OK;
 }
 
-static sbn_status mpi_split(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig) {
+static void mpi_abort(sbn_group *g, const char *why);
+
+static sbn_status mpi_split(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig,
+                            int *agreed) {
   mpi_impl *m = g->impl;
   *out = NULL;
   /* Agree first (nonblocking, bounded): a disagreement or a missing rank
    * must not leave anyone inside the blocking MPI_Comm_split. */
   sbn_status st = collective(g, sig, NULL, 0, SBN_DTYPE_FLOAT64);
   if (st != SBN_STATUS_OK) return st;
+  *agreed = 1;
   MPI_Comm nc = MPI_COMM_NULL;
   int rc = MPI_Comm_split(m->comm, color >= 0 ? color : MPI_UNDEFINED, key, &nc);
-  if (rc != MPI_SUCCESS) {
+  if (rc != MPI_SUCCESS) { /* the parent's state is unknown: leave it, telling the peers */
     st = backend_error(g, rc, "MPI_Comm_split", sig->what);
-    break_group(g, st, sbn_last_error());
+    mpi_abort(g, sbn_last_error());
     return st;
   }
   if (color < 0)

@@ -688,7 +688,8 @@ static ncclResult_t comm_ready(ncclComm_t comm, ncclResult_t rc, double deadline
   return rc;
 }
 
-static sbn_status nccl_split(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig_in) {
+static sbn_status nccl_split(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig_in,
+                             int *agreed) {
   nccl_impl *m = g->impl;
   sbn_sig sig = *sig_in;
   *out = NULL;
@@ -696,6 +697,7 @@ static sbn_status nccl_split(sbn_group **out, sbn_group *g, int color, int key, 
   double deadline;
   sbn_status st = begin(g, &sig, &deadline);
   if (st != SBN_STATUS_OK) goto out;
+  *agreed = 1;
   ncclComm_t nc = NULL;
   int late = 0;
   ncclResult_t r =

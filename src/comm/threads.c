@@ -334,7 +334,7 @@ static int split_members(const rendezvous *rv, int color, int *members) {
 }
 
 static sbn_status threads_split(sbn_group **out, sbn_group *g, int color, int key,
-                                const sbn_sig *sig) {
+                                const sbn_sig *sig, int *agreed) {
   rendezvous *rv = g->impl;
   split_contrib mine = {color, key, NULL};
   sbn_status verdict;
@@ -343,6 +343,7 @@ static sbn_status threads_split(sbn_group **out, sbn_group *g, int color, int ke
   /* Every rank has the same verdict; on a disagreement the peers may be in
    * another collective, which closes after one more phase: so must we. */
   if (verdict != SBN_STATUS_OK) return close_collective(g, sig, verdict);
+  *agreed = 1; /* the phases below wait for ranks that have all arrived: they end */
   int *members = malloc(sizeof(int) * (size_t)rv->size);
   int m = 0, my_index = -1;
   if (members && color >= 0) {

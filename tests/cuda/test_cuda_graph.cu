@@ -44,7 +44,7 @@ static sbn_status mirror_allreduce(sbn_group *g, void *buf, size_t count, sbn_dt
 }
 static sbn_status no_broadcast(sbn_group *, void *, size_t, int, const sbn_sig *) { return SBN_STATUS_UNSUPPORTED; }
 static sbn_status no_barrier(sbn_group *, const sbn_sig *) { return SBN_STATUS_UNSUPPORTED; }
-static sbn_status no_split(sbn_group **, sbn_group *, int, int, const sbn_sig *) { return SBN_STATUS_UNSUPPORTED; }
+static sbn_status no_split(sbn_group **, sbn_group *, int, int, const sbn_sig *, int *) { return SBN_STATUS_UNSUPPORTED; }
 static void mirror_destroy(sbn_group *) {}
 static const sbn_comm_ops mirror_ops = {"mirror",   mirror_allreduce, no_broadcast, no_barrier,
                                         no_split,   mirror_destroy,   mirror_allreduce_device};

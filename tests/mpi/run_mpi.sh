@@ -81,7 +81,7 @@ faults)
   done ;;
 setup)
   # Making groups: an invalid SYNCBN_TIMEOUT is refused by the constructor
-  # on every rank.
+  # on every rank; a split that fails on one rank fails on all at once.
   for v in abc 0 2x; do
     for np in 2 3; do
       echo "### SYNCBN_TIMEOUT='$v' mpirun -np $np test_mpi_group_setup bad_timeout"
@@ -91,6 +91,10 @@ setup)
   for np in 2 3; do
     echo "### mpirun -np $np test_mpi_group_setup bad_timeout_one"
     abandoning timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_group_setup" bad_timeout_one || fail "bad_timeout_one np=$np (exit $?)"
+  done
+  for np in 2 3 4; do
+    echo "### mpirun -np $np test_mpi_group_setup split_fault"
+    abandoning timeout -k 5 120 "${MPIRUN[@]}" -np "$np" "$build/tests/mpi/test_mpi_group_setup" split_fault || fail "split_fault np=$np (exit $?)"
   done ;;
 algorithms)
   # Reproducibility: the same bits whatever reduction algorithm the engine
