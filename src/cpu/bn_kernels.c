@@ -147,7 +147,10 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
 int sbn_cpu_ws_reserve(sbn_cpu_ws *ws, sbn_geom g) {
   sbn_kargs k;
   size_t need = 0;
-  plan(&k, g, PASS_REDUCE, NULL, &need);
+  /* An empty tensor runs no pass (its sums are zeros, set directly), so it
+   * needs no partials, however large the dimensions that index it: the
+   * channels-first plan of [0, C, 2^30, 2^30] would ask for 2^48 bytes. */
+  if (g.n > 0 && g.s > 0) plan(&k, g, PASS_REDUCE, NULL, &need);
   if (need < 5 * (size_t)g.c) need = 5 * (size_t)g.c; /* 2 x 5C floats of coefficients */
   if (need <= ws->cap) return 0;
   if (need > (SIZE_MAX - 64) / sizeof(double)) return -1;
