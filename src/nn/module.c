@@ -275,10 +275,20 @@ static sbn_status check_tensor(const sbn_tensor *t, const char *call, const char
   return SBN_STATUS_OK;
 }
 
+/* A tensor of at most 2 dims lies the same in both layouts and
+ * check_tensor takes either, but the core layer behind a BatchNorm requires
+ * x, y and dy of one layout (and the modules' outputs are channels-first):
+ * pass it on as channels-first. */
+static sbn_tensor as_module_input(const sbn_tensor *t) {
+  sbn_tensor c = *t;
+  if (c.ndim <= 2) c.layout = SBN_LAYOUT_CHANNELS_FIRST;
+  return c;
+}
+
 sbn_status sbn_nn_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x) {
   sbn_status st = check_tensor(x, "sbn_module_forward", "x");
   if (st != SBN_STATUS_OK) return st;
-  sbn_tensor xin = *x, yout;
+  sbn_tensor xin = as_module_input(x), yout;
   m->have_fwd = 0;
   st = m->ops->forward(m, &yout, &xin);
   if (st != SBN_STATUS_OK) return st;
@@ -310,7 +320,8 @@ static sbn_status check_backward(sbn_module *m, const sbn_tensor *dy) {
 sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy) {
   sbn_status st = check_backward(m, dy);
   if (st != SBN_STATUS_OK) return st;
-  return m->ops->backward(m, dx, dy);
+  const sbn_tensor dyin = as_module_input(dy);
+  return m->ops->backward(m, dx, &dyin);
 }
 
 /* ---- inputs that lie in the module's own buffers ----
@@ -451,7 +462,8 @@ sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *
   sbn_status st = sbn_nn_backward_prepare(m, dy);
   if (st == SBN_STATUS_OK) st = sbn_nn_grads_save(m);
   if (st != SBN_STATUS_OK) return st;
-  st = m->ops->backward(m, dx, dy); /* checked by the prepare step */
+  const sbn_tensor dyin = as_module_input(dy);
+  st = m->ops->backward(m, dx, &dyin); /* checked by the prepare step */
   if (st != SBN_STATUS_OK) sbn_nn_grads_restore(m);
   return st;
 }

@@ -340,6 +340,41 @@ static int input_checks(void) {
   return bad;
 }
 
+/* A 2-D tensor lies the same in both layouts and the module layer takes it
+ * tagged either way: a BatchNorm1d then gives the bits of the channels-first
+ * call (its core layer refused a channels-last x, naming an internal y, and
+ * a channels-last dy after a channels-first x). */
+static int layout_2d_checks(void) {
+  int bad = 0;
+  float xv[4 * 3], dyv[4 * 3], yv[2][4 * 3], dxv[2][4 * 3];
+  for (int i = 0; i < 12; i++) xv[i] = (float)(i % 5) - 1.5f, dyv[i] = (float)((i * 7) % 3) - 1;
+  const int64_t s2[2] = {4, 3};
+  sbn_bn_options o = sbn_bn_options_default(3);
+  for (int tag = 0; tag < 2; tag++) {
+    sbn_module *m;
+    CHECK_OK(sbn_nn_batchnorm_create(&m, 1, &o));
+    /* tag 1: x channels-last; dy is tried with either tag */
+    sbn_tensor x = sbn_tensor_cpu(xv, 2, s2, SBN_DTYPE_FLOAT32, (sbn_layout)tag);
+    sbn_tensor dy = sbn_tensor_cpu(dyv, 2, s2, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+    sbn_tensor y, dx;
+    char what[96];
+    snprintf(what, sizeof what, "BatchNorm1d on 2D tagged %s", tag ? "channels-last" : "channels-first");
+    sbn_status st = sbn_module_forward(m, &y, &x);
+    bad |= expect(st, SBN_STATUS_OK, what);
+    if (st == SBN_STATUS_OK) memcpy(yv[tag], y.data, sizeof yv[tag]);
+    snprintf(what, sizeof what, "  its backward, dy tagged channels-first");
+    st = sbn_module_backward(m, &dx, &dy);
+    bad |= expect(st, SBN_STATUS_OK, what);
+    if (st == SBN_STATUS_OK) memcpy(dxv[tag], dx.data, sizeof dxv[tag]);
+    dy.layout = SBN_LAYOUT_CHANNELS_LAST;
+    bad |= expect(sbn_module_backward(m, &dx, &dy), SBN_STATUS_OK, "  its backward, dy tagged channels-last");
+    sbn_module_destroy(m);
+  }
+  const int same = !memcmp(yv[0], yv[1], sizeof yv[0]) && !memcmp(dxv[0], dxv[1], sizeof dxv[0]);
+  printf("  2D channels-last tag gives the channels-first bits (y, dx): %s\n", same ? "ok" : "FAIL");
+  return bad | !same;
+}
+
 static int requires_grad_checks(rng *r) {
   /* A parameter without requires_grad keeps its gradient (zero) in backward. */
   sbn_module *m;
@@ -615,6 +650,7 @@ int main(void) {
   bad |= loss_checks(&r);
   printf("input checks (PyTorch's dimension rules)\n");
   bad |= input_checks();
+  bad |= layout_2d_checks();
   printf("requires_grad\n");
   bad |= requires_grad_checks(&r);
   printf("SGD\n");
