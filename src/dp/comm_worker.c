@@ -61,10 +61,11 @@ sbn_status sbn_worker_start(dp_worker **out, sbn_group *group) {
 
 sbn_status sbn_worker_submit(dp_worker *w, dp_bucket *b) {
   pthread_mutex_lock(&w->mu);
-  if (w->submitted - w->done >= QUEUE_MAX) {
-    pthread_mutex_unlock(&w->mu);
-    return sbn_fail(SBN_STATUS_INTERNAL, "data-parallel: bucket queue full");
-  }
+  /* A model can have more buckets than the queue holds (bucket_bytes 0:
+   * one per parameter): wait for the thread to free a slot. It always
+   * does: its all-reduces pair with the peers' threads, which get the same
+   * buckets in the same order. */
+  while (w->submitted - w->done >= QUEUE_MAX) pthread_cond_wait(&w->cv, &w->mu);
   w->queue[w->submitted++ % QUEUE_MAX] = b;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);

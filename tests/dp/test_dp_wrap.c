@@ -7,7 +7,9 @@
  *  - convert_sync_batchnorm after wrapping is refused, and so is destroying
  *    the wrapped model (before sbn_dp_destroy);
  *  - a SyncBatchNorm synchronizing over ranks outside the wrapper's group is
- *    refused on every rank of the wrapper's group. */
+ *    refused on every rank of the wrapper's group;
+ *  - more buckets than the communication thread's queue holds (4096) are
+ *    all reduced (the overflow failed backward with SBN_STATUS_INTERNAL). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,10 +154,48 @@ static int rank_main(sbn_group *world, void *arg) {
   return 0;
 }
 
+/* 2100 BatchNorm1d(1) in one child, bucket_bytes 0: 4200 one-parameter
+ * buckets, all launched at once when that child's backward ends. */
+enum { MANY_BN = 2100 };
+static int many_buckets_main(sbn_group *world, void *arg) {
+  (void)arg;
+  const int rank = sbn_group_rank(world);
+  sbn_module *root = NULL, *body = NULL, *m = NULL;
+  sbn_bn_options bo = sbn_bn_options_default(1);
+  if (sbn_nn_sequential_create(&root) || sbn_nn_sequential_create(&body)) return 1;
+  for (int i = 0; i < MANY_BN; i++)
+    if (sbn_nn_batchnorm_create(&m, 1, &bo) || sbn_nn_sequential_append(body, NULL, m)) return 1;
+  if (sbn_nn_sequential_append(root, "body", body)) return 1;
+  sbn_dp_options o = sbn_dp_options_default();
+  o.bucket_bytes = 0;
+  sbn_dp *dp = NULL;
+  sbn_status st = sbn_dp_wrap(&dp, root, NULL, 0, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, world, &o);
+  EXPECT(st == SBN_STATUS_OK, "wrap with %d one-parameter buckets: %s\n", 2 * MANY_BN, sbn_last_error());
+  if (st != SBN_STATUS_OK) return sbn_module_destroy(root), 1;
+  float xv[4] = {1, 2, 3, 5 + (float)rank}, dyv[4] = {1, -1, 2, 0.5f};
+  const int64_t shape[2] = {4, 1};
+  sbn_tensor x = sbn_tensor_cpu(xv, 2, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y;
+  sbn_tensor dy = sbn_tensor_cpu(dyv, 2, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST);
+  for (int step = 0; step < 3 && st == SBN_STATUS_OK; step++) {
+    st = sbn_dp_forward(dp, &y, &x);
+    if (st == SBN_STATUS_OK) st = sbn_dp_backward(dp, NULL, &dy);
+  }
+  EXPECT(st == SBN_STATUS_OK, "backward with %d buckets: %s: %s\n", sbn_dp_num_buckets(dp), sbn_status_name(st),
+         sbn_last_error());
+  if (rank == 0)
+    printf("  %d buckets (the queue holds 4096): backward %s %s\n", sbn_dp_num_buckets(dp), sbn_status_name(st),
+           sbn_last_error());
+  sbn_dp_destroy(dp);
+  sbn_module_destroy(root);
+  return 0;
+}
+
 int main(void) {
   sbn_status st = sbn_team_run(P, rank_main, NULL);
   int bad = st != SBN_STATUS_OK;
+  sbn_status st2 = sbn_team_run(P, many_buckets_main, NULL);
+  bad |= st2 != SBN_STATUS_OK;
   for (int r = 0; r < P; r++) bad |= failures[r] != 0, free(grads[r]);
-  printf(bad ? "FAILED (%s)\n" : "wrapper contract checks passed\n", sbn_status_name(st));
+  printf(bad ? "FAILED (%s, %s)\n" : "wrapper contract checks passed\n", sbn_status_name(st), sbn_status_name(st2));
   return bad;
 }
