@@ -26,7 +26,10 @@
  *                   every rank; a rank whose own value is fine gets
  *                   SBN_STATUS_PEER_FAILED naming the rank that refused)
  *   SYNCBN_DEBUG    1: print every error to stderr as it is recorded
- *   SYNCBN_NUM_THREADS  CPU kernel threads per rank (see sbn_set_num_threads)
+ *   SYNCBN_NUM_THREADS  CPU kernel threads per rank (see sbn_set_num_threads):
+ *                   a positive integer, all of it; anything else ("abc",
+ *                   "0", "5x") is ignored (the default applies; a note on
+ *                   stderr when SYNCBN_DEBUG=1)
  *   SYNCBN_CPU_ISA  generic|avx2|avx512|avx512bf16: force a kernel level
  *   SYNCBN_MPI_PAIR 0: two MPI ranks use the general exact all-reduce instead
  *                   of their pairwise exchange (README, "Two backends")
@@ -457,7 +460,8 @@ SBN_API sbn_status sbn_cuda_device_count(int *count);
  * bitwise identical for every T (fixed work units, partial sums merged in a
  * fixed order), so T only changes speed. T is, in order of precedence:
  *   sbn_set_num_threads(T) with T >= 1 (process-wide);
- *   the environment variable SYNCBN_NUM_THREADS (read once);
+ *   the environment variable SYNCBN_NUM_THREADS (read once; ignored unless
+ *   it is a positive integer);
  *   max(1, usable cores / ranks sharing them), where the ranks sharing them
  *   are the size of the layer's group for the threads backend (the ranks are
  *   threads of this process) times the MPI processes on this node

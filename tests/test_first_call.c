@@ -5,7 +5,10 @@
  * stop on the first report); in the normal build the test checks that every
  * rank sees the same answers. 8 ranks, each runs a layer forward right after
  * a barrier, so the first calls overlap. First calls happen once per
- * process, so the test runs itself as 20 fresh processes. */
+ * process, so the test runs itself as 20 fresh processes.
+ * Also read once: SYNCBN_NUM_THREADS, which fresh processes check to take a
+ * positive integer whole and ignore anything else (the default applies;
+ * "5x" was read as 5, "1e3" as 1). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +37,40 @@ static int rank_main(sbn_group *world, void *arg) {
   return 0;
 }
 
+/* sbn_num_threads(1) of a fresh process with SYNCBN_NUM_THREADS = value
+ * (NULL: unset); -1 if it could not be read. */
+static int threads_with_env(const char *self, const char *value) {
+  char cmd[4096];
+  if (value) snprintf(cmd, sizeof cmd, "SYNCBN_NUM_THREADS='%s' '%s' threads", value, self);
+  else snprintf(cmd, sizeof cmd, "env -u SYNCBN_NUM_THREADS '%s' threads", self);
+  FILE *f = popen(cmd, "r");
+  int v = -1;
+  if (f && fscanf(f, "%d", &v) != 1) v = -1;
+  if (f) pclose(f);
+  return v;
+}
+
+static int env_threads_checks(const char *self) {
+  const int def = threads_with_env(self, NULL);
+  int bad = def < 1;
+  printf("SYNCBN_NUM_THREADS unset: %d threads per rank\n", def);
+  static const struct { const char *value; int want; } cases[] = {
+      {"7", 7}, {" 7 ", 7}, {"", 0}, {"abc", 0}, {"0", 0}, {"-3", 0}, {"5x", 0}, {"1e3", 0}, {"+7", 0},
+      {"99999999999", 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const int want = cases[i].want ? cases[i].want : def, got = threads_with_env(self, cases[i].value);
+    printf("SYNCBN_NUM_THREADS='%s': %d threads per rank (expected %d%s) %s\n", cases[i].value, got, want,
+           cases[i].want ? "" : ": ignored, the default", got == want ? "ok" : "FAIL");
+    bad += got != want;
+  }
+  fflush(stdout); /* before the child processes' lines */
+  return bad;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "threads")) return printf("%d\n", sbn_num_threads(1)) < 0;
   if (argc < 2) {
-    int bad = 0;
+    int bad = env_threads_checks(argv[0]);
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "'%s' once", argv[0]);
     for (int i = 0; i < 20; i++) {

@@ -7,8 +7,12 @@
  * max(1, cores / (ranks in this process x MPI processes on this node)),
  * cores being the CPUs this process may run on (sched_getaffinity). */
 #define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -38,6 +42,29 @@ static int usable_cores(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* SYNCBN_NUM_THREADS: a positive integer, all of it (spaces around it
+ * aside), as SYNCBN_TIMEOUT; anything else ("abc", "0", "2x", "1e3") is
+ * ignored rather than half-read ("2x" is not 2), with a note under
+ * SYNCBN_DEBUG=1. 0: unset or ignored. The kernels can only be told at
+ * their first call, where no status reaches the caller, hence no error. */
+static int env_num_threads(void) {
+  const char *e = getenv("SYNCBN_NUM_THREADS");
+  if (!e) return 0;
+  const char *p = e;
+  while (isspace((unsigned char)*p)) p++;
+  if (!*p) return 0; /* empty: unset */
+  char *end;
+  errno = 0;
+  const long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : 0;
+  if (v > 0) {
+    while (isspace((unsigned char)*end)) end++;
+    if (!*end && errno == 0 && v <= INT_MAX) return (int)v;
+  }
+  if (sbn_debug_enabled())
+    fprintf(stderr, "syncbn: SYNCBN_NUM_THREADS='%.100s' is not a positive integer; ignored\n", e);
+  return 0;
+}
+
 /* Read once, by whichever rank comes first (pthread_once: the others wait,
  * then read the values race-free; the steady state stays one check). */
 static int env_threads, cores, procs;
@@ -47,8 +74,7 @@ static void read_env(void) {
   procs = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (procs < 1) procs = env_int("MPI_LOCALNRANKS");
   if (procs < 1) procs = 1;
-  int e = env_int("SYNCBN_NUM_THREADS");
-  env_threads = e > 0 ? e : 0;
+  env_threads = env_num_threads();
 }
 
 int sbn_cpu_threads(int ranks_in_process) {
