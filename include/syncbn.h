@@ -25,7 +25,8 @@
  *                   SBN_STATUS_INVALID_ARGUMENT naming the value (MPI: on
  *                   every rank; a rank whose own value is fine gets
  *                   SBN_STATUS_PEER_FAILED naming the rank that refused)
- *   SYNCBN_DEBUG    1: print every error to stderr as it is recorded
+ *   SYNCBN_DEBUG    1 (any value but empty and "0"): print every error to
+ *                   stderr as it is recorded
  *   SYNCBN_NUM_THREADS  CPU kernel threads per rank (see sbn_set_num_threads):
  *                   a positive integer, all of it; anything else ("abc",
  *                   "0", "5x") is ignored (the default applies; a note on

@@ -91,7 +91,10 @@ SBN_API sbn_status sbn_module_zero_grad(sbn_module *m);
 
 /* requires_grad of one parameter by full name, or of every parameter of the
  * tree when name is NULL. A parameter that does not require grad keeps its
- * gradient untouched in backward and is skipped by the optimizer. */
+ * gradient untouched in backward. Optimizers keep the set of parameters
+ * that required grad when they were created (sbn_nn_sgd_create): one made
+ * after the change skips the parameter, an earlier one still steps it
+ * (with momentum or weight decay it still moves). */
 SBN_API sbn_status sbn_module_set_requires_grad(sbn_module *m, const char *name, int requires_grad);
 
 /* The "wrapped" flag of a root (set by the data-parallel wrapper): while it
