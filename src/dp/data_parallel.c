@@ -218,11 +218,14 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
                        const sbn_dp_options *options) {
   static const char call[] = "sbn_dp_wrap";
   sbn_clear_error();
-  if (!out || !group) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", call, out ? "group" : "out");
-  *out = NULL;
-  /* Local checks, then one agreement so every rank fails together. */
+  if (!group) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: group is NULL", call);
+  if (out) *out = NULL;
+  /* Local checks, then one agreement so every rank fails together (a NULL
+   * out too: the peers would otherwise wait for this rank until their
+   * timeout). */
   sbn_status st = SBN_STATUS_OK;
-  if (!model) st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: model is NULL", call);
+  if (!out) st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: out is NULL", call);
+  else if (!model) st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: model is NULL", call);
   else if (num_optimizers < 0 || (num_optimizers > 0 && !optimizers))
     st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: bad optimizer list", call);
   else if (algorithm != SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE)
