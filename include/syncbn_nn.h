@@ -187,11 +187,14 @@ SBN_API sbn_status sbn_nn_flatten_create(sbn_module **out);
 /* BatchNorm{1,2,3}d: plain batch normalization (the core sbn_bn layer with
  * group NULL). dims 1, 2 or 3. Input checks as PyTorch: 1d takes 2D or 3D
  * input, 2d takes 4D, 3d takes 5D. options: e.g. sbn_bn_options_default(C);
- * modules are float32 (param_dtype FLOAT64: SBN_STATUS_UNSUPPORTED). */
+ * modules are float32 on the CPU (param_dtype FLOAT64 or a CUDA device:
+ * SBN_STATUS_UNSUPPORTED; sbn_bn_create makes such layers). */
 SBN_API sbn_status sbn_nn_batchnorm_create(sbn_module **out, int dims, const sbn_bn_options *options);
 /* SyncBatchNorm over group (NULL or size 1: plain BN). Input (N, C, *) with
- * at least 2 dims. Reverting one made here gives BatchNorm2d; one made by
- * convert reverts to the kind it came from. */
+ * at least 2 dims. Options as for sbn_nn_batchnorm_create; a refused one
+ * leaves the group as it was (no layer ordinal taken). Reverting one made
+ * here gives BatchNorm2d; one made by convert reverts to the kind it came
+ * from. */
 SBN_API sbn_status sbn_nn_sync_batchnorm_create(sbn_module **out, const sbn_bn_options *options,
                                                 sbn_group *group);
 /* The core layer behind a BatchNorm/SyncBatchNorm module. */

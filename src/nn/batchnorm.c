@@ -91,16 +91,27 @@ static sbn_status bn_train(sbn_module *m, int training) {
 
 static const sbn_module_ops bn_ops = {bn_forward, bn_backward, bn_destroy, bn_train};
 
+/* Modules, their optimizers and checkpoints are float32 in host memory
+ * throughout: entries are read and written as such (a CUDA layer's would be
+ * device pointers, which a save or a broadcast would dereference). */
+static sbn_status check_module_options(const sbn_bn_options *o, sbn_module_kind kind) {
+  if (o->param_dtype != SBN_DTYPE_FLOAT32)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED,
+                    "%s: nn modules are float32; a layer with param_dtype %s is available through "
+                    "sbn_bn_create only", sbn_module_kind_name(kind),
+                    o->param_dtype == SBN_DTYPE_FLOAT64 ? "float64" : "other than float32");
+  if (o->device.type != SBN_DEVICE_CPU)
+    return sbn_fail(SBN_STATUS_UNSUPPORTED,
+                    "%s: nn modules run on the CPU; a layer on %s is available through sbn_bn_create only",
+                    sbn_module_kind_name(kind), o->device.type == SBN_DEVICE_CUDA ? "a CUDA device" : "another device");
+  return SBN_STATUS_OK;
+}
+
 sbn_status sbn_nn_bn_module_wrap(sbn_module **out, sbn_module_kind kind, sbn_bn *bn, sbn_module_kind revert_kind) {
   sbn_bn_options o;
   sbn_status st = sbn_bn_get_options(bn, &o);
   if (st != SBN_STATUS_OK) return st;
-  /* Modules, their optimizers and checkpoints are float32 throughout. */
-  if (o.param_dtype != SBN_DTYPE_FLOAT32)
-    return sbn_fail(SBN_STATUS_UNSUPPORTED,
-                    "%s: nn modules are float32; a layer with param_dtype %s is available through "
-                    "sbn_bn_create only", sbn_module_kind_name(kind),
-                    o.param_dtype == SBN_DTYPE_FLOAT64 ? "float64" : "other than float32");
+  if ((st = check_module_options(&o, kind)) != SBN_STATUS_OK) return st;
   bnmod *b = calloc(1, sizeof *b);
   sbn_module *m = b ? sbn_nn_module_new(kind, &bn_ops, b) : NULL;
   if (!m) {
@@ -142,8 +153,11 @@ static sbn_status bn_create(sbn_module **out, sbn_module_kind kind, const sbn_bn
   sbn_bn_options o = options ? *options : sbn_bn_options_default(0);
   if (!options)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: options is NULL (use sbn_bn_options_default(C))", call);
+  /* Before the core layer exists: creating it takes an ordinal on the group. */
+  sbn_status st = check_module_options(&o, kind);
+  if (st != SBN_STATUS_OK) return st;
   sbn_bn *bn;
-  sbn_status st = sbn_bn_create(&bn, &o, group);
+  st = sbn_bn_create(&bn, &o, group);
   if (st != SBN_STATUS_OK) return st;
   st = sbn_nn_bn_module_wrap(out, kind, bn,
                              kind == SBN_MODULE_KIND_SYNC_BATCHNORM ? SBN_MODULE_KIND_BATCHNORM2D : kind);

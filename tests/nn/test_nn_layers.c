@@ -375,6 +375,46 @@ static int layout_2d_checks(void) {
   return bad | !same;
 }
 
+/* Modules are float32 on the CPU: other layers are refused before a core
+ * layer exists, so a refused SyncBatchNorm takes no ordinal on its group
+ * (rank 0's refused float64 module made its next layer #1 against rank 1's
+ * #0: SBN_STATUS_MISMATCH). */
+static int refused_forward[2];
+static int refused_rank(sbn_group *world, void *arg) {
+  (void)arg;
+  const int rank = sbn_group_rank(world);
+  sbn_module *m = NULL;
+  sbn_bn_options o = sbn_bn_options_default(2);
+  if (rank == 0) {
+    sbn_bn_options f64 = o;
+    f64.param_dtype = SBN_DTYPE_FLOAT64;
+    if (sbn_nn_sync_batchnorm_create(&m, &f64, world) != SBN_STATUS_UNSUPPORTED) return 1;
+  }
+  CHECK_OK(sbn_nn_sync_batchnorm_create(&m, &o, world));
+  float xv[6] = {1, 2, 3, 5, (float)rank, 7};
+  const int64_t shape[2] = {3, 2};
+  sbn_tensor x = sbn_tensor_cpu(xv, 2, shape, SBN_DTYPE_FLOAT32, SBN_LAYOUT_CHANNELS_FIRST), y;
+  refused_forward[rank] = sbn_module_forward(m, &y, &x);
+  if (refused_forward[rank] != SBN_STATUS_OK) printf("  rank %d: %s\n", rank, sbn_last_error());
+  sbn_module_destroy(m);
+  return 0;
+}
+
+static int refused_module_checks(void) {
+  int bad = 0;
+  sbn_module *m = NULL;
+  sbn_bn_options o = sbn_bn_options_default(3);
+  o.device.type = SBN_DEVICE_CUDA;
+  bad |= expect(sbn_nn_batchnorm_create(&m, 2, &o), SBN_STATUS_UNSUPPORTED, "BatchNorm2d on a CUDA device");
+  bad |= expect(sbn_nn_sync_batchnorm_create(&m, &o, NULL), SBN_STATUS_UNSUPPORTED, "SyncBatchNorm on a CUDA device");
+  bad |= m != NULL;
+  sbn_status st = sbn_team_run(2, refused_rank, NULL);
+  bad |= expect(st, SBN_STATUS_OK, "2 ranks: refused float64 module on rank 0, then one layer each");
+  bad |= expect(refused_forward[0], SBN_STATUS_OK, "  rank 0's forward (the ranks' layers pair up)");
+  bad |= expect(refused_forward[1], SBN_STATUS_OK, "  rank 1's forward");
+  return bad;
+}
+
 static int requires_grad_checks(rng *r) {
   /* A parameter without requires_grad keeps its gradient (zero) in backward. */
   sbn_module *m;
@@ -651,6 +691,7 @@ int main(void) {
   printf("input checks (PyTorch's dimension rules)\n");
   bad |= input_checks();
   bad |= layout_2d_checks();
+  bad |= refused_module_checks();
   printf("requires_grad\n");
   bad |= requires_grad_checks(&r);
   printf("SGD\n");
