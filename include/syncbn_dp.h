@@ -65,7 +65,8 @@ SBN_API sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *cons
 /* The model's forward (y is a view, as sbn_module_forward). */
 SBN_API sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x);
 /* The model's backward and the gradient all-reduce (collective). dx may be
- * NULL. On return every rank holds the same reduced gradients.
+ * NULL; else *dx becomes a view, as sbn_module_backward's. On return every
+ * rank holds the same reduced gradients.
  * Its preconditions (a successful forward to differentiate, a dy of the
  * forward output's shape)
  * are agreed on first: a rank that misses one gets SBN_STATUS_BAD_STATE or

@@ -424,8 +424,8 @@ static void datasets(void) {
 }
 
 /* ---- the data-parallel wrapper: bad options fail on every rank ---- */
-static sbn_status dp_st[2][6];
-static char dp_msg[2][6][200];
+static sbn_status dp_st[2][7];
+static char dp_msg[2][7][200];
 static int dp_rank(sbn_group *w, void *a) {
   (void)a;
   const int r = sbn_group_rank(w);
@@ -449,6 +449,8 @@ static int dp_rank(sbn_group *w, void *a) {
   DREC(sbn_dp_wrap(&dp, m, &sgd, 1, (sbn_dp_algorithm)9, w, NULL));
   DREC(sbn_dp_wrap(&dp, m, NULL, 2, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, w, NULL));
   DREC(sbn_dp_wrap(&dp, r == 1 ? NULL : m, &sgd, 1, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, w, NULL)); /* one rank */
+  sbn_nn_sgd *const with_null[2] = {sgd, r == 0 ? NULL : sgd}; /* one rank */
+  DREC(sbn_dp_wrap(&dp, m, with_null, 2, SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE, w, NULL));
   int wrapped = sbn_module_is_wrapped(m);
   sbn_nn_sgd_destroy(sgd);
   sbn_module_destroy(m);
@@ -459,10 +461,10 @@ static void wrapper(void) {
   sbn_status st = sbn_team_run(2, dp_rank, NULL);
   if (st != SBN_STATUS_OK) printf("     %s\n", sbn_last_error());
   TRUE(st == SBN_STATUS_OK); /* nothing stayed wrapped, *out cleared */
-  static const char *const what[6] = {"params_to_ignore NULL, count 2", "num_params_to_ignore -1",
+  static const char *const what[7] = {"params_to_ignore NULL, count 2", "num_params_to_ignore -1",
                                       "unknown reduce mode", "unknown algorithm", "NULL optimizers, count 2",
-                                      "model NULL on rank 1 only"};
-  for (int k = 0; k < 6; k++)
+                                      "model NULL on rank 1 only", "optimizers[1] NULL on rank 0 only"};
+  for (int k = 0; k < 7; k++)
     for (int r = 0; r < 2; r++) {
       int ok = dp_st[r][k] != SBN_STATUS_OK && dp_msg[r][k][0];
       cases++, failures += !ok;

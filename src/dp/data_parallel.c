@@ -213,6 +213,13 @@ static int top_child_of(sbn_module *root, const char *name) {
   return 0;
 }
 
+/* The index of the first NULL optimizer, or -1. */
+static int null_optimizer(sbn_nn_sgd *const *optimizers, int n) {
+  for (int i = 0; i < n; i++)
+    if (!optimizers[i]) return i;
+  return -1;
+}
+
 sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optimizers,
                        int num_optimizers, sbn_dp_algorithm algorithm, sbn_group *group,
                        const sbn_dp_options *options) {
@@ -227,7 +234,11 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
   if (!out) st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: out is NULL", call);
   else if (!model) st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: model is NULL", call);
   else if (num_optimizers < 0 || (num_optimizers > 0 && !optimizers))
-    st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: bad optimizer list", call);
+    st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: optimizers is %s with num_optimizers = %d", call,
+                  optimizers ? "a list" : "NULL", num_optimizers);
+  else if (null_optimizer(optimizers, num_optimizers) >= 0) /* sbn_dp_step would fail on it */
+    st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: optimizers[%d] is NULL", call,
+                  null_optimizer(optimizers, num_optimizers));
   else if (algorithm != SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE)
     st = sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: unknown algorithm %d", call, (int)algorithm);
   else if (sbn_module_is_wrapped(model) == 1)
