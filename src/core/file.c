@@ -127,6 +127,22 @@ static uint64_t temp_entropy(void) {
   return z ^ (z >> 31);
 }
 
+/* Give the new file the owner and group of the one it replaces (root
+ * saving over another user's checkpoint must not take it over). Only root
+ * may give a file away, so for anyone else the owner stays theirs: EPERM is
+ * what a plain write's result would be too, and is not an error; the group
+ * alone is still kept where the caller belongs to it. Before fchmod, since
+ * a chown clears the set-user-ID and set-group-ID bits. */
+static int keep_owner(int fd, const struct stat *old) {
+  struct stat now;
+  if (fstat(fd, &now) != 0) return -1;
+  if (now.st_uid == old->st_uid && now.st_gid == old->st_gid) return 0;
+  if (fchown(fd, old->st_uid, old->st_gid) == 0) return 0;
+  if (errno != EPERM) return -1;
+  if (now.st_gid == old->st_gid || fchown(fd, (uid_t)-1, old->st_gid) == 0 || errno == EPERM) return 0;
+  return -1;
+}
+
 int sbn_create_temp(char *tmpl, const char *keep_mode_of) {
   static const char chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   const size_t n = strlen(tmpl);
@@ -140,7 +156,8 @@ int sbn_create_temp(char *tmpl, const char *keep_mode_of) {
     if (fd < 0 && errno == EEXIST) continue;
     if (fd < 0) return -1;
     struct stat sb;
-    if (keep_mode_of && stat(keep_mode_of, &sb) == 0 && S_ISREG(sb.st_mode) && fchmod(fd, sb.st_mode & 07777) != 0) {
+    if (keep_mode_of && stat(keep_mode_of, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (keep_owner(fd, &sb) != 0 || fchmod(fd, sb.st_mode & 07777) != 0)) {
       int e = errno;
       close(fd), unlink(tmpl);
       return errno = e, -1;

@@ -26,7 +26,8 @@ sbn_status sbn_save_target(char **out, const char *path, const char *call);
  * replaced by [A-Za-z0-9] (as mkstemp), opened read-write with O_EXCL and
  * mode 0666, so the umask and default ACLs apply as to any new file. When
  * `keep_mode_of` names an existing regular file, the new file gets its
- * permissions instead (a replaced checkpoint keeps its mode). Returns the
+ * permissions, owner and group instead (a replaced checkpoint keeps them;
+ * owner and group only as far as the caller may set them). Returns the
  * descriptor or -1 with errno set. */
 int sbn_create_temp(char *tmpl, const char *keep_mode_of);
 

@@ -11,6 +11,10 @@
  *   library makes, and nothing when the save is refused;
  * - an empty path is named as such;
  * - a new file gets 0666 less the umask, a replaced file keeps its mode;
+ * - as root, a replaced file owned by another user keeps its owner and
+ *   group; that user, saving over root's file in a folder of theirs, gets
+ *   a file of their own (a chown it may not do is not an error); not root:
+ *   SKIP;
  * - a save through a symbolic link (a chain, a dangling one) replaces the
  *   link's target and keeps the link; a loop of links is refused;
  * - a save over the file size limit (RLIMIT_FSIZE, in a child process)
@@ -19,6 +23,7 @@
  *   and leaves the thread's signal mask and a SIGXFSZ pending before the
  *   call as they were. */
 #include <dirent.h>
+#include <pwd.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -416,6 +421,87 @@ static void test_symlinks(const char *top) {
   failures += st != SBN_STATUS_IO_ERROR || !strstr(sbn_last_error(), "symbolic links") || !is_link(loop);
 }
 
+static void check_owner(const char *what, const char *path, uid_t uid, gid_t gid) {
+  struct stat sb = {0};
+  sb.st_uid = sb.st_gid = (unsigned)-1;
+  (void)stat(path, &sb);
+  int ok = sb.st_uid == uid && sb.st_gid == gid;
+  printf("%-52s owner %d:%d (want %d:%d) %s\n", what, (int)sb.st_uid, (int)sb.st_gid, (int)uid, (int)gid,
+         ok ? "ok" : "FAIL");
+  failures += !ok;
+}
+
+/* Saving over the file as the user `pw`, in a child (setuid cannot be
+ * undone); exit 0 when the save succeeded. */
+static int save_as(const struct passwd *pw, const char *path) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    float two = 2;
+    sbn_nn_entry e = float_entry("w", &two);
+    if (setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) _exit(2);
+    sbn_status st = sbn_nn_save_entries(path, &e, 1);
+    if (st != SBN_STATUS_OK) printf("  [child] save as %s -> %s: %s\n", pw->pw_name, sbn_status_name(st), sbn_last_error());
+    fflush(stdout);
+    _exit(st == SBN_STATUS_OK ? 0 : 1);
+  }
+  int ws = 0;
+  return pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0 ? 0 : 1;
+}
+
+static void owner_cases(const struct passwd *pw, const char *dir);
+
+/* A folder of its own, not under the test's 0700 one, which nobody could
+ * not enter. */
+static void test_owner(void) {
+  const struct passwd *pw = getpwnam("nobody");
+  if (geteuid() != 0 || !pw) {
+    printf("SKIP: owner kept on replace: needs root and a user 'nobody'\n");
+    return;
+  }
+  char dir[] = "/tmp/sbn_owner_XXXXXX", cmd[64];
+  if (!mkdtemp(dir)) {
+    printf("mkdtemp: %s FAIL\n", strerror(errno));
+    failures++;
+    return;
+  }
+  owner_cases(pw, dir);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) printf("warning: could not remove %s\n", dir);
+}
+
+static void owner_cases(const struct passwd *pw, const char *dir) {
+  const uid_t uid = pw->pw_uid;
+  const gid_t gid = pw->pw_gid;
+  char path[400];
+  float one = 1;
+  sbn_nn_entry e = float_entry("w", &one);
+  snprintf(path, sizeof path, "%s/theirs.st", dir);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  if (chown(path, uid, gid) != 0 || chmod(path, 0640) != 0) {
+    printf("chown %s: %s FAIL\n", path, strerror(errno));
+    failures++;
+    return;
+  }
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  check_owner("root saved over nobody's file", path, uid, gid);
+  check_mode("root saved over nobody's 0640 file", path, 0640);
+  /* The other way: nobody replaces root's file in a folder nobody owns. */
+  snprintf(path, sizeof path, "%s/roots.st", dir);
+  MUST(sbn_nn_save_entries(path, &e, 1));
+  chmod(path, 0644);
+  if (chown(dir, uid, gid) != 0) {
+    printf("chown %s: %s FAIL\n", dir, strerror(errno));
+    failures++;
+    return;
+  }
+  int bad = save_as(pw, path);
+  printf("nobody saved over root's file in its own folder: %s\n", bad ? "failed FAIL" : "ok");
+  failures += bad;
+  check_owner("nobody saved over root's file", path, uid, gid);
+  check_mode("nobody saved over root's 0644 file", path, 0644);
+}
+
 static void *idle_thread(void *arg) {
   (void)arg;
   for (;;) pause();
@@ -496,7 +582,7 @@ static void test_file_size_limit(const char *dir) {
   failures += !ok;
 }
 
-/* Arguments name the parts to run (crc header many nbt temps path modes links fsize); none: all. */
+/* Arguments name the parts to run (crc header many nbt temps path modes owner links fsize); none: all. */
 static int wanted(int argc, char **argv, const char *part) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], part)) return 1;
@@ -513,6 +599,7 @@ int main(int argc, char **argv) {
   if (wanted(argc, argv, "temps")) test_stale_temps(dir);
   if (wanted(argc, argv, "path")) test_empty_path();
   if (wanted(argc, argv, "modes")) test_modes(dir);
+  if (wanted(argc, argv, "owner")) test_owner();
   if (wanted(argc, argv, "links")) test_symlinks(dir);
   if (wanted(argc, argv, "fsize")) test_file_size_limit(dir);
   char cmd[300];
