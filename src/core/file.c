@@ -89,11 +89,20 @@ sbn_status sbn_save_target(char **out, const char *path, const char *call) {
   if (!cur) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   for (int hops = 0;; hops++) {
     struct stat sb;
-    /* Anything but a link (or a path that cannot be examined) is saved to
-     * as it is; creating the temporary file reports what is wrong. */
-    if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) {
+    /* A path that cannot be examined is saved to as it is: creating the
+     * temporary file reports what is wrong. Only a regular file can be
+     * replaced: a rename over a device or a FIFO (/dev/null as root) would
+     * put a regular file in its place, over a directory it fails only after
+     * the whole file is written. */
+    if (lstat(cur, &sb) != 0 || S_ISREG(sb.st_mode)) {
       *out = cur;
       return SBN_STATUS_OK;
+    }
+    if (!S_ISLNK(sb.st_mode)) {
+      sbn_status st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: %s is %s; a checkpoint can only replace a regular file "
+                               "(nothing was written)", call, cur, kind_of(sb.st_mode));
+      free(cur);
+      return st;
     }
     if (hops == SYMLINK_HOPS) {
       free(cur);

@@ -18,8 +18,10 @@ sbn_status sbn_open_regular(FILE **out, size_t *size, const char *path, const ch
 
 /* The file that saving to `path` must replace: `path` itself, or the end
  * of its chain of symbolic links (a dangling link's target, which is then
- * created, as open(O_CREAT) would). Saving there keeps the links. *out is
- * malloc'ed; on failure it is NULL and the status says why. */
+ * created, as open(O_CREAT) would). Saving there keeps the links. A
+ * directory, device, FIFO or socket there is refused (SBN_STATUS_IO_ERROR
+ * naming it). *out is malloc'ed; on failure it is NULL and the status says
+ * why. */
 sbn_status sbn_save_target(char **out, const char *path, const char *call);
 
 /* Create a new empty file from `tmpl`, whose last 6 characters are

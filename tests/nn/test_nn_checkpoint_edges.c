@@ -17,6 +17,9 @@
  *   SKIP;
  * - a save through a symbolic link (a chain, a dangling one) replaces the
  *   link's target and keeps the link; a loop of links is refused;
+ * - a save over a FIFO, a directory or (as root) a device, or through a
+ *   link to one, is refused at once and leaves it as it was (a rename would
+ *   have put a regular file in place of /dev/null);
  * - a save over the file size limit (RLIMIT_FSIZE, in a child process)
  *   returns SBN_STATUS_IO_ERROR naming the file and the limit instead of
  *   dying from SIGXFSZ, keeps the previous file, leaves no temporary file,
@@ -33,6 +36,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -502,6 +506,44 @@ static void owner_cases(const struct passwd *pw, const char *dir) {
   check_mode("nobody saved over root's 0644 file", path, 0644);
 }
 
+static unsigned type_of(const char *path) {
+  struct stat sb;
+  return lstat(path, &sb) == 0 ? (unsigned)(sb.st_mode & S_IFMT) : 0u;
+}
+
+static void refused_special(const char *what, const char *path, const char *kind, const char *dir, unsigned type) {
+  float one = 1;
+  sbn_nn_entry e = float_entry("w", &one);
+  sbn_status st = sbn_nn_save_entries(path, &e, 1);
+  const char *msg = sbn_last_error();
+  int ok = st == SBN_STATUS_IO_ERROR && strstr(msg, kind) && strstr(msg, "only replace a regular file") &&
+           type_of(path) == type && count_tmp(dir) == 0;
+  printf("save over %s -> %s: %s; still %s, temporaries %d %s\n", what, sbn_status_name(st), msg,
+         type_of(path) == type ? "there" : "REPLACED", count_tmp(dir), ok ? "ok" : "FAIL");
+  failures += !ok;
+}
+
+static void test_special(const char *top) {
+  char dir[300], fifo[400], sub[400], link[400], dev[400];
+  if (!own_dir(dir, sizeof dir, top, "special")) return;
+  snprintf(fifo, sizeof fifo, "%s/fifo.st", dir);
+  snprintf(sub, sizeof sub, "%s/dir.st", dir);
+  snprintf(link, sizeof link, "%s/link.st", dir);
+  snprintf(dev, sizeof dev, "%s/null.st", dir);
+  if (mkfifo(fifo, 0600) != 0 || mkdir(sub, 0700) != 0 || symlink("fifo.st", link) != 0) {
+    printf("cannot set up %s: %s FAIL\n", dir, strerror(errno));
+    failures++;
+    return;
+  }
+  refused_special("a FIFO", fifo, "a FIFO", dir, S_IFIFO);
+  refused_special("a link to a FIFO", link, "a FIFO", dir, S_IFLNK);
+  refused_special("a directory", sub, "a directory", dir, S_IFDIR);
+  if (mknod(dev, S_IFCHR | 0600, makedev(1, 3)) == 0) /* /dev/null's numbers */
+    refused_special("a character device", dev, "a device", dir, S_IFCHR);
+  else
+    printf("SKIP: save over a device: mknod: %s\n", strerror(errno));
+}
+
 static void *idle_thread(void *arg) {
   (void)arg;
   for (;;) pause();
@@ -582,7 +624,7 @@ static void test_file_size_limit(const char *dir) {
   failures += !ok;
 }
 
-/* Arguments name the parts to run (crc header many nbt temps path modes owner links fsize); none: all. */
+/* Arguments name the parts to run (crc header many nbt temps path modes owner links special fsize); none: all. */
 static int wanted(int argc, char **argv, const char *part) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], part)) return 1;
@@ -601,6 +643,7 @@ int main(int argc, char **argv) {
   if (wanted(argc, argv, "modes")) test_modes(dir);
   if (wanted(argc, argv, "owner")) test_owner();
   if (wanted(argc, argv, "links")) test_symlinks(dir);
+  if (wanted(argc, argv, "special")) test_special(dir);
   if (wanted(argc, argv, "fsize")) test_file_size_limit(dir);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
