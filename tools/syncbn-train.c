@@ -50,9 +50,10 @@ static void usage(FILE *f) {
           "  --checkpoint-dir D after every epoch write D/syncbn-train-MODE.safetensors (MODE:\n"
           "                     syncbn or localbn; the model: a PyTorch state dict) and\n"
           "                     ...MODE.resume.safetensors\n"
-          "  --resume           continue from D's resume file, exactly where it stopped\n"
-          "                     (refused if --ranks, --batch, --seed, --width, --momentum or\n"
-          "                     the data differ, or the file is past --epochs; a changed --lr or\n"
+          "  --resume           continue from D's resume file (--checkpoint-dir D),\n"
+          "                     exactly where it stopped (refused if --ranks, --batch,\n"
+          "                     --seed, --width, --momentum or the data differ, or the\n"
+          "                     file is past --epochs; a changed --lr or\n"
           "                     --weight-decay applies from there on, and is said; a complete\n"
           "                     run trains nothing and exits 0; none yet: start at epoch 1,\n"
           "                     unless D holds the model file)\n"
@@ -92,6 +93,7 @@ static int group_broke(sbn_status st) {
 /* mkdir -p */
 static int make_dirs(const char *path) {
   char p[4096];
+  if (!*path) return errno = ENOENT, -1; /* the loop below starts after the first character */
   if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
   for (char *s = p + 1; *s; s++)
     if (*s == '/') {
@@ -179,6 +181,12 @@ int main(int argc, char **argv) {
     }
   }
   if (!bad && optind < argc) bad = 1, fprintf(stderr, "syncbn-train: unexpected argument '%s'\n", argv[optind]);
+  /* Without a folder no checkpoint is written: a job script that always
+   * passes --resume would restart from epoch 1 every time, saying only that
+   * no resume file was found. */
+  if (!bad && base.resume && !base.ckpt_dir)
+    bad = 1, fprintf(stderr, "syncbn-train: --resume needs --checkpoint-dir D (the folder of the resume file; "
+                             "without it no checkpoint is written)\n");
   if (bad) {
     fprintf(stderr, "Try 'syncbn-train --help' for the options.\n");
     return 2;

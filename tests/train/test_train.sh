@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # syncbn-train end to end (thread ranks; the MPI cases are in test_train_mpi.sh):
 #  options: --help, --version, strict numbers, unknown options, unwritable --out, a file
-#    given as --out or --checkpoint-dir, a forgotten value (the next option taken for it);
+#    given as --out or --checkpoint-dir, a forgotten value (the next option taken for it),
+#    --resume without --checkpoint-dir, an empty --out;
 #  launchers: torchrun-style and Slurm variables are refused with the command that works;
 #  training: 2 thread ranks reach the stated accuracy; --batch 1 trains (SyncBN over 4
 #    ranks x 1 image == one rank x 4 images); local BN with batch 1 trains too;
@@ -71,6 +72,17 @@ for args in "--checkpoint-dir --resume|--checkpoint-dir needs a value; got the o
   [ $rc -eq 2 ] && grep -qxF -- "syncbn-train: ${args#*|}" "$tmp/e" && [ ! -s "$tmp/o" ] && [ -z "$(ls -A "$tmp/fv")" ]
   check "'${args%%|*}': the forgotten value is refused (exit 2), nothing created" $?
 done
+
+rm -rf "$tmp/nockpt" && mkdir "$tmp/nockpt"
+(abs=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin"); cd "$tmp/nockpt" && "$abs" --resume --epochs 1 --out o >"$tmp/o" 2>"$tmp/e")
+rc=$?
+echo "    --resume without --checkpoint-dir -> exit $rc: $(head -1 "$tmp/e")"
+[ $rc -eq 2 ] && grep -q -- "--resume needs --checkpoint-dir" "$tmp/e" && [ ! -s "$tmp/o" ] && [ -z "$(ls -A "$tmp/nockpt")" ]
+check "--resume without --checkpoint-dir is refused (exit 2), nothing trained or created" $?
+"$bin" --out "" --epochs 1 >/dev/null 2>"$tmp/e"; rc=$?
+echo "    --out '' -> exit $rc: $(head -1 "$tmp/e")"
+[ $rc -eq 2 ] && grep -qF -- "--out '' is not a writable folder" "$tmp/e"
+check "an empty --out is refused" $?
 
 echo "# launchers"
 for envs in "RANK=0 WORLD_SIZE=2" "SLURM_PROCID=1 SLURM_NTASKS=4"; do
