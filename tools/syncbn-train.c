@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,6 +120,21 @@ static int check_dir(const char *what, const char *dir) {
     return -1;
   }
   return 0;
+}
+
+/* Two runs saving into one folder would overwrite each other's checkpoints
+ * epoch after epoch, each then naming the file as its own. The folder is
+ * locked (flock on the directory: no file of ours in it) for the life of
+ * the process; the lock goes with it, however it ends. Only a lock that is
+ * held elsewhere stops the run: a file system without flock (some network
+ * ones) does not. */
+static int lock_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) return 0; /* fd stays open */
+  fprintf(stderr, "syncbn-train: --checkpoint-dir '%s' is in use by another run (it holds a lock on the folder); "
+                  "wait for it to end or use another folder\n", dir);
+  close(fd);
+  return -1;
 }
 
 int main(int argc, char **argv) {
@@ -250,7 +267,8 @@ int main(int argc, char **argv) {
   snprintf(png, sizeof png, "%s/train_curves.png", out_dir);
   int io_bad = 0;
   if (rank == 0) {
-    io_bad = check_dir("--out", out_dir) || (base.ckpt_dir && check_dir("--checkpoint-dir", base.ckpt_dir));
+    io_bad = check_dir("--out", out_dir) ||
+             (base.ckpt_dir && (check_dir("--checkpoint-dir", base.ckpt_dir) || lock_dir(base.ckpt_dir)));
     /* gnuplot opens the plot itself: a FIFO there would block it, and the
      * program waiting for gnuplot, at the end of the run */
     if (!io_bad && ((!base.resume && report_csv_create(csv) != 0) || train_check_regular(png) != 0))

@@ -15,6 +15,7 @@
 #    trains nothing (exit 0) and keeps its files; an empty resume file says it is empty;
 #  signals: SIGINT and SIGTERM stop cleanly with a checkpoint that resumes;
 #  files: stale temporary files of crashed saves are removed, live and foreign ones kept;
+#    a checkpoint folder in use by a live run is refused;
 #    a --out path with a quote and a newline is passed to gnuplot as data, not script;
 #    a FIFO as the resume file, the log or the plot is refused at once, naming it; a
 #    checkpoint that cannot be written (file size limit, full disk) fails with the reason.
@@ -262,6 +263,18 @@ kill $lockpid 2>/dev/null; lockpid=
 echo "    after a save: $(cd "$d" && ls | grep tmp- | tr '\n' ' ')"
 [ $rc -eq 0 ] && [ ! -e "$stale" ] && [ -e "$live" ] && [ -e "$foreign1" ] && [ -e "$foreign2" ] && [ -e "$foreign3" ]
 check "a save removes the stale temp file of a crashed save and keeps a live one and foreign names" $?
+# Two runs into one checkpoint folder would overwrite each other's files: the second
+# (here: a process holding the folder's lock, as a live run does) is refused at once.
+d="$tmp/busy"; mkdir -p "$d"; echo "kept" >"$d/train_log.csv"
+flock "$d" sleep 120 & lockpid=$!
+sleep 0.5
+T "$bin" --bn sync --ranks 2 --batch 8 --epochs 1 --train-size 64 --test-size 32 --quiet --checkpoint-dir "$d" --out "$d" \
+  >"$tmp/o" 2>"$tmp/e"; rc=$?
+kill $lockpid 2>/dev/null; lockpid=
+echo "    --checkpoint-dir of a live run -> exit $rc: $(cat "$tmp/e")"
+[ $rc -eq 2 ] && grep -qF -- "--checkpoint-dir '$d' is in use by another run" "$tmp/e" && [ ! -s "$tmp/o" ] &&
+  [ "$(cat "$d/train_log.csv")" = kept ] && [ -z "$(ls "$d" | grep safetensors)" ]
+check "a second run into a folder in use is refused (exit 2), its files untouched" $?
 odd="$tmp/a'b
 c\"; system(\"touch $tmp/pwned\"); \""
 T "$bin" --bn both --ranks 2 --batch 8 --epochs 1 --train-size 64 --test-size 32 --quiet --out "$odd" >"$tmp/odd.log" 2>&1
