@@ -290,9 +290,11 @@ SBN_API sbn_status sbn_nn_sgd_destroy(sbn_nn_sgd *opt); /* NULL is a no-op */
  *
  * Save is atomic: a temporary file in the same directory, fsync, rename,
  * fsync of the directory; a crash leaves the previous file intact. A new
- * file gets mode 0666 less the umask, a replaced file keeps its mode; a
- * path that is a symbolic link replaces the link's target (in the
- * target's directory) and keeps the link. A save over the file size limit
+ * file gets mode 0666 less the umask, a replaced file keeps its mode, and
+ * its owner and group as far as the caller may set them; a path that is a
+ * symbolic link replaces the link's target (in the target's directory) and
+ * keeps the link. Only a regular file is replaced: a directory, FIFO or
+ * device there is SBN_STATUS_IO_ERROR, nothing written. A save over the file size limit
  * (RLIMIT_FSIZE) fails with SBN_STATUS_IO_ERROR naming the limit: the
  * calling thread blocks SIGXFSZ during the write and consumes the one the
  * write raised, so the process is not killed. */
