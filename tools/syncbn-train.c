@@ -176,7 +176,13 @@ int main(int argc, char **argv) {
         if (strcmp(bn_mode, "sync") && strcmp(bn_mode, "local") && strcmp(bn_mode, "both"))
           bad = 1, fprintf(stderr, "syncbn-train: --bn '%s': expected sync, local or both\n", optarg);
         break;
-      case O_DATA: data = optarg; break;
+      case O_DATA:
+        data = optarg;
+        if (strcmp(data, "synthetic") && strcmp(data, "fashion-mnist") &&
+            !(strncmp(data, "mnist:", 6) == 0 && data[6]) && !(strncmp(data, "cifar10:", 8) == 0 && data[8]))
+          bad = 1, fprintf(stderr, "syncbn-train: --data '%s': expected synthetic, fashion-mnist, mnist:DIR or "
+                                   "cifar10:DIR (DIR not empty)\n", optarg);
+        break;
       case O_TRAIN: bad = arg_i64(&ntrain, "train-size", optarg, 2, (int64_t)1 << 26); break;
       case O_TEST: bad = arg_i64(&ntest, "test-size", optarg, 1, (int64_t)1 << 26); break;
       case O_WIDTH: bad = arg_int(&base.width, "width", optarg, 1, 4096); break;
@@ -271,8 +277,7 @@ int main(int argc, char **argv) {
              (base.ckpt_dir && (check_dir("--checkpoint-dir", base.ckpt_dir) || lock_dir(base.ckpt_dir)));
     /* gnuplot opens the plot itself: a FIFO there would block it, and the
      * program waiting for gnuplot, at the end of the run */
-    if (!io_bad && ((!base.resume && report_csv_create(csv) != 0) || train_check_regular(png) != 0))
-      io_bad = 1, fprintf(stderr, "syncbn-train: %s\n", train_error());
+    if (!io_bad && train_check_regular(png) != 0) io_bad = 1, fprintf(stderr, "syncbn-train: %s\n", train_error());
   }
   if (io_bad) {
     ABORT_JOB(2);
@@ -286,6 +291,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "syncbn-train: %s\n", train_error());
     ABORT_JOB(1);
     return 1;
+  }
+  /* A new run replaces the log in --out only once it can start: data that
+   * cannot be loaded (a typo in --data) leaves an earlier run's log as it was. */
+  if (rank == 0 && !base.resume && report_csv_create(csv) != 0) {
+    fprintf(stderr, "syncbn-train: %s\n", train_error());
+    sbn_dataset_free(&train), sbn_dataset_free(&test);
+    ABORT_JOB(2);
+    return 2;
   }
   base.data_fingerprint = train_fingerprint(&train);
   if (rank == 0)

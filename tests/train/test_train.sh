@@ -2,7 +2,8 @@
 # syncbn-train end to end (thread ranks; the MPI cases are in test_train_mpi.sh):
 #  options: --help, --version, strict numbers, unknown options, unwritable --out, a file
 #    given as --out or --checkpoint-dir, a forgotten value (the next option taken for it),
-#    --resume without --checkpoint-dir, an empty --out;
+#    --resume without --checkpoint-dir, an empty --out, a --data that cannot load (the
+#    earlier log in --out kept);
 #  launchers: torchrun-style and Slurm variables are refused with the command that works;
 #  training: 2 thread ranks reach the stated accuracy; --batch 1 trains (SyncBN over 4
 #    ranks x 1 image == one rank x 4 images); local BN with batch 1 trains too;
@@ -84,6 +85,17 @@ check "--resume without --checkpoint-dir is refused (exit 2), nothing trained or
 echo "    --out '' -> exit $rc: $(head -1 "$tmp/e")"
 [ $rc -eq 2 ] && grep -qF -- "--out '' is not a writable folder" "$tmp/e"
 check "an empty --out is refused" $?
+
+# Data that cannot be loaded stops the run before the log of an earlier run in --out
+# is replaced; a --data that names no source is a command-line error.
+mkdir -p "$tmp/keeplog"
+for spec in "nope|2" "mnist:|2" "mnist:$tmp/no-such-dir|1"; do
+  echo "keep me" >"$tmp/keeplog/train_log.csv"
+  "$bin" --data "${spec%|*}" --epochs 1 --out "$tmp/keeplog" >"$tmp/o" 2>"$tmp/e"; rc=$?
+  echo "    --data '${spec%|*}' -> exit $rc: $(head -1 "$tmp/e")"
+  [ $rc -eq "${spec#*|}" ] && [ "$(cat "$tmp/keeplog/train_log.csv")" = "keep me" ]
+  check "--data '${spec%|*}': exit ${spec#*|}, the earlier log in --out kept" $?
+done
 
 echo "# launchers"
 for envs in "RANK=0 WORLD_SIZE=2" "SLURM_PROCID=1 SLURM_NTASKS=4"; do
