@@ -189,7 +189,7 @@ BODY batch_math_body(int64_t C, double n, int synced, double eps, const double *
     for (int64_t c = 0; c < C; c++) {
       const double m = sum[c] / n;
       double v = sumsq[c] / n - m * m;
-      v = v > 0 ? v : 0.0;
+      v = v < 0 ? 0.0 : v; /* rounding below 0; a NaN (inf - inf) stays, as PyTorch's */
       mean[c] = m;
       var[c] = v; /* the batch variance, for the running update */
       invstd[c] = 1.0 / sqrt(v + eps);

@@ -31,7 +31,7 @@ __device__ __forceinline__ void fwd_channel(const sbn_cuda_finish &f, int batch_
   } else {
     mean = __ddiv_rn(f.payload[c], n);
     var = __dsub_rn(__ddiv_rn(f.payload[f.c + c], n), __dmul_rn(mean, mean));
-    var = var > 0 ? var : 0.0;
+    var = var < 0 ? 0.0 : var; /* rounding below 0; a NaN (inf - inf) stays, as PyTorch's */
     invstd = __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, f.eps)));
   }
 }

@@ -255,6 +255,112 @@ static int run_case(const lcase *lc) {
   return f;
 }
 
+// ---- channels with a non-finite value, on the GPU and on the CPU ----
+// Channel 0 starts with +inf, channel 1 with NaN, channel 2 holds +inf past
+// its first value, channel 3 is finite. As in PyTorch, the mean of an inf
+// channel is inf and its variance NaN (inf - inf), so its y, invstd and
+// running_var are NaN: never the 1/sqrt(eps) of a variance clamped to 0.
+// The GPU layer must give the CPU layer's classes (NaN, +inf, -inf,
+// finite) everywhere, and finite values within float32 rounding.
+enum { NF_N = 4, NF_C = 4, NF_S = 5, NF_P = 2 };
+typedef struct nf_run {
+  int cuda, layout;
+  float x[NF_P][NF_N * NF_C * NF_S], y[NF_P][NF_N * NF_C * NF_S];
+  float rm[NF_P][NF_C], rv[NF_P][NF_C];
+  int P;
+} nf_run;
+
+static int nf_rank(sbn_group *world, void *arg) {
+  nf_run *nr = (nf_run *)arg;
+  const int p = sbn_group_rank(world);
+  sbn_bn_options o = sbn_bn_options_default(NF_C);
+  if (nr->cuda) o.device = cuda_dev(0);
+  sbn_bn *bn;
+  CHECK_OK(sbn_bn_create(&bn, &o, nr->P > 1 ? world : NULL));
+  const size_t bytes = sizeof nr->x[p];
+  int64_t shape[3] = {NF_N, NF_C, NF_S};
+  void *gx = nr->x[p], *gy = nr->y[p];
+  if (nr->cuda) {
+    gx = hook_alloc(bytes), gy = hook_alloc(bytes);
+    CUDA_OK(cudaMemcpy(gx, nr->x[p], bytes, cudaMemcpyHostToDevice));
+  }
+  sbn_tensor x = sbn_tensor_cpu(gx, 3, shape, SBN_DTYPE_FLOAT32, (sbn_layout)nr->layout), y = x;
+  y.data = gy;
+  if (nr->cuda) x.device = y.device = cuda_dev(0);
+  CHECK_OK(sbn_bn_forward(bn, &y, &x));
+  if (nr->cuda) {
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(nr->y[p], gy, bytes, cudaMemcpyDeviceToHost));
+    fetch(nr->rm[p], bn, SBN_BN_TENSOR_RUNNING_MEAN, NF_C), fetch(nr->rv[p], bn, SBN_BN_TENSOR_RUNNING_VAR, NF_C);
+    hook_release(gx), hook_release(gy);
+  } else {
+    sbn_tensor v;
+    CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_MEAN));
+    memcpy(nr->rm[p], v.data, sizeof nr->rm[p]);
+    CHECK_OK(sbn_bn_tensor(&v, bn, SBN_BN_TENSOR_RUNNING_VAR));
+    memcpy(nr->rv[p], v.data, sizeof nr->rv[p]);
+  }
+  sbn_bn_destroy(bn);
+  return 0;
+}
+
+static int nf_class(float v) { return isnan(v) ? 0 : isinf(v) ? (v > 0 ? 1 : 2) : 3; }
+
+// Compares a against b (classes, finite values within 1e-5 relative + 1e-6);
+// counts the mismatches and returns the largest finite error.
+static double nf_compare(const float *a, const float *b, int n, int *mismatches) {
+  double err = 0;
+  for (int i = 0; i < n; i++) {
+    if (nf_class(a[i]) != nf_class(b[i])) {
+      ++*mismatches;
+      continue;
+    }
+    if (nf_class(a[i]) == 3) err = fmax(err, fabs((double)a[i] - b[i]) / (1e-5 * fabs((double)b[i]) + 1e-6));
+  }
+  return err;
+}
+
+static int nonfinite_case(int P, int layout) {
+  static nf_run run[2];
+  rng r = rng_seed(4242 + (uint64_t)(P * 2 + layout));
+  for (int k = 0; k < 2; k++) memset(&run[k], 0, sizeof run[k]), run[k].cuda = k, run[k].layout = layout, run[k].P = P;
+  for (int p = 0; p < P; p++)
+    for (int n = 0; n < NF_N; n++)
+      for (int c = 0; c < NF_C; c++)
+        for (int s = 0; s < NF_S; s++) {
+          const size_t i = layout == SBN_LAYOUT_CHANNELS_LAST ? ((size_t)n * NF_S + s) * NF_C + c
+                                                              : ((size_t)n * NF_C + c) * NF_S + s;
+          float v = (float)(rng_uniform(&r) * 2 - 1 + c);
+          const int first = p == 0 && n == 0 && s == 0, last = p == P - 1 && n == NF_N - 1 && s == NF_S - 1;
+          if (c == 0 && first) v = INFINITY;
+          if (c == 1 && first) v = NAN;
+          if (c == 2 && last) v = INFINITY;
+          run[0].x[p][i] = run[1].x[p][i] = v;
+        }
+  int bad = 0;
+  for (int k = 0; k < 2; k++) {
+    sbn_status st = sbn_team_run(P, nf_rank, &run[k]);
+    if (st != SBN_STATUS_OK) printf("  team run failed: %s: %s\n", sbn_status_name(st), sbn_last_error()), bad = 1;
+  }
+  int mism = 0, expect_bad = 0;
+  double err = 0;
+  for (int p = 0; p < P && !bad; p++) {
+    err = fmax(err, nf_compare(run[1].y[p], run[0].y[p], NF_N * NF_C * NF_S, &mism));
+    err = fmax(err, nf_compare(run[1].rm[p], run[0].rm[p], NF_C, &mism));
+    err = fmax(err, nf_compare(run[1].rv[p], run[0].rv[p], NF_C, &mism));
+    // PyTorch's: mean inf (channels 0, 2) or NaN (1), variance NaN, channel 3 finite
+    expect_bad |= !(run[1].rm[p][0] == INFINITY && run[1].rm[p][2] == INFINITY && isnan(run[1].rm[p][1]));
+    for (int c = 0; c < 3; c++) expect_bad |= !isnan(run[1].rv[p][c]);
+    expect_bad |= !isfinite(run[1].rm[p][3]) || !isfinite(run[1].rv[p][3]);
+  }
+  const int f = bad || mism || expect_bad || !(err <= 1);
+  printf("%-4s non-finite channels P=%d %s: %d class mismatches GPU vs CPU, finite error %.2f of bound (1e-5 rel); "
+         "GPU rm %g %g %g rv %g %g %g (want inf NaN inf, NaN NaN NaN)\n",
+         f ? "FAIL" : "ok", P, layout ? "CL" : "CF", mism, err, run[1].rm[0][0], run[1].rm[0][1], run[1].rm[0][2],
+         run[1].rv[0][0], run[1].rv[0][1], run[1].rv[0][2]);
+  return f;
+}
+
 int main(void) {
   if (!gpu_or_skip("test_cuda_layer")) return 0;
   static const int64_t shapes[][5] = {{64, 24}, {4, 6, 33}, {2, 5, 7, 9}, {2, 3, 4, 5, 6}, {4, 16, 32, 32},
@@ -264,6 +370,8 @@ int main(void) {
   static const double scales[] = {1, 100, 1e4};
   const sbn_dtype dts[] = {SBN_DTYPE_FLOAT32, SBN_DTYPE_BFLOAT16, SBN_DTYPE_FLOAT16};
   int bad = 0, n = 0, k = 0;
+  for (int P = 1; P <= NF_P; P++)
+    for (int lay = 0; lay < 2; lay++) bad |= nonfinite_case(P, lay), n++;
   for (int di = 0; di < 3; di++)
     for (int si = 0; si < 10; si++)
       for (int lay = 0; lay < 2; lay++) {
