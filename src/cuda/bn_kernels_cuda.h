@@ -32,10 +32,16 @@ extern "C" {
 typedef struct CUstream_st *sbn_cuda_stream; /* = cudaStream_t */
 
 /* Device scratch for the partial sums of the reduction passes, owned by one
- * layer: grows on the first call with a larger shape, then is reused. */
+ * layer: grows on the first call with a larger shape (at least doubling),
+ * then is reused. A CUDA graph captured before a growth still writes the
+ * block it recorded, so replaced blocks are kept until sbn_cuda_ws_free
+ * (doubling bounds them by the size of the last one). */
+enum { SBN_CUDA_WS_RETIRED = 64 }; /* doublings of a size_t */
 typedef struct sbn_cuda_ws {
   void *part;
   size_t cap; /* bytes */
+  void *retired[SBN_CUDA_WS_RETIRED];
+  int nretired;
 } sbn_cuda_ws;
 
 /* Test hook: the rows layout's reductions aim at this many blocks instead
@@ -44,8 +50,9 @@ typedef struct sbn_cuda_ws {
  * reserve the workspace after setting it. */
 void sbn_cuda_set_reduce_blocks(int64_t blocks);
 
-/* Make ws large enough for g on the current device (cudaMalloc; never
- * during stream capture once reserved). 0, or the cudaError_t (ws unchanged). */
+/* Make ws large enough for g on the current device (cudaMalloc, never
+ * cudaFree: no wait for the device; never during stream capture once
+ * reserved). 0, or the cudaError_t (ws unchanged). */
 int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g);
 void sbn_cuda_ws_free(sbn_cuda_ws *ws);
 

@@ -408,15 +408,18 @@ extern "C" void sbn_cuda_set_reduce_blocks(int64_t blocks) {
 extern "C" int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g) {
   if (!ws || !geom_ok(g)) return (int)cudaErrorInvalidValue;
   if (g.n == 0 || g.c == 0 || g.s == 0) return 0;
-  const size_t need = (size_t)(2 * g.c * reduce_tiles_per_channel(g)) * sizeof(double);
+  size_t need = (size_t)(2 * g.c * reduce_tiles_per_channel(g)) * sizeof(double);
   if (need <= ws->cap && ws->part) return 0;
+  if (ws->part && need < 2 * ws->cap) need = 2 * ws->cap; /* few growths: few kept blocks */
+  if (ws->part && ws->nretired == SBN_CUDA_WS_RETIRED) return (int)cudaErrorMemoryAllocation;
   void *p = NULL;
   const cudaError_t e = cudaMalloc(&p, need);
   if (e != cudaSuccess) {
     cudaGetLastError(); /* not sticky: clear it */
     return (int)e;
   }
-  if (ws->part) cudaFree(ws->part);
+  /* kept, not freed: a graph captured earlier may still use it */
+  if (ws->part) ws->retired[ws->nretired++] = ws->part;
   ws->part = p;
   ws->cap = need;
   return 0;
@@ -425,8 +428,10 @@ extern "C" int sbn_cuda_ws_reserve(sbn_cuda_ws *ws, sbn_geom g) {
 extern "C" void sbn_cuda_ws_free(sbn_cuda_ws *ws) {
   if (!ws) return;
   if (ws->part) cudaFree(ws->part);
+  for (int i = 0; i < ws->nretired; i++) cudaFree(ws->retired[i]);
   ws->part = NULL;
   ws->cap = 0;
+  ws->nretired = 0;
 }
 
 extern "C" int sbn_cuda_stats(sbn_cuda_ws *ws, sbn_cuda_stream stream, double *sum, double *sumsq,

@@ -280,9 +280,101 @@ static int count_test(void) {
   return bad;
 }
 
+// ---- a captured graph after a larger shape ran eagerly ----
+// The layer's scratch (partial sums) grows on the first call with a larger
+// shape. A graph captured before keeps using the scratch it recorded, so
+// growing must not free it: replaying the graph after an eager forward of a
+// larger batch must still match the reference, and must write no memory
+// but the layer's: what a freed scratch becomes is allocated again here
+// (filled with 0xff), and the replays must leave it alone.
+static int grow_test(void) {
+  int bad = 0;
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  static layer L;
+  L.ndim = 3;
+  const int64_t shape[3] = {8, 4, 4096}; // several tiles per channel: the partials go through the scratch
+  memcpy(L.shape, shape, sizeof shape);
+  L.layout = SBN_LAYOUT_CHANNELS_FIRST;
+  const int64_t C = shape[1];
+  L.opt = sbn_bn_options_default(C);
+  L.opt.device = cuda_dev(0);
+  CHECK_OK(sbn_bn_create(&L.bn, &L.opt, NULL));
+  CHECK_OK(sbn_bn_set_stream(L.bn, s));
+  rng r = rng_seed(91);
+  L.mean = (double *)malloc(8 * (size_t)C), L.std = (double *)malloc(8 * (size_t)C);
+  L.w = (float *)malloc(4 * (size_t)C), L.b = (float *)malloc(4 * (size_t)C);
+  for (int64_t c = 0; c < C; c++) L.std[c] = 0.5 + rng_uniform(&r), L.mean[c] = rng_uniform(&r) - 0.5, L.w[c] = 1, L.b[c] = 0;
+  ref_init(&L.ref, &L.opt, L.w, L.b);
+  rank_data_alloc(&L.d, L.ndim, L.shape, L.layout);
+  const size_t bytes = 4 * (size_t)L.d.numel;
+  L.x = (float *)hook_alloc(bytes), L.dy = (float *)hook_alloc(bytes);
+  L.y = (float *)hook_alloc(bytes), L.dx = (float *)hook_alloc(bytes);
+  fill(&L, &r);
+  if (enqueue_step(&L)) return 1;
+  CUDA_OK(cudaStreamSynchronize(s));
+  bad |= check_step(&L, 1, "eager step");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  const int enq = enqueue_step(&L);
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  if (enq) return printf("FAIL: a layer call failed during capture: %s\n", sbn_last_error()), 1;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  // an eval forward of 16 times the batch (no state changes): the scratch grows
+  int64_t big_shape[3] = {16 * shape[0], shape[1], shape[2]};
+  float *bx = (float *)hook_alloc(16 * bytes), *by = (float *)hook_alloc(16 * bytes);
+  CUDA_OK(cudaMemset(bx, 0, 16 * bytes));
+  CUDA_OK(cudaDeviceSynchronize());
+  sbn_tensor tbx = sbn_tensor_cpu(bx, 3, big_shape, SBN_DTYPE_FLOAT32, L.layout), tby = tbx;
+  tby.data = by;
+  tbx.device = tby.device = cuda_dev(0);
+  CHECK_OK(sbn_bn_set_training(L.bn, 0));
+  CHECK_OK(sbn_bn_forward(L.bn, &tby, &tbx));
+  CHECK_OK(sbn_bn_set_training(L.bn, 1));
+  CUDA_OK(cudaStreamSynchronize(s));
+  enum { FILLERS = 16 };
+  void *filler[FILLERS];
+  for (int i = 0; i < FILLERS; i++) { // take back what was freed (the old scratch: 2 C x 4 tiles doubles), and spoil it
+    CUDA_OK(cudaMalloc(&filler[i], (size_t)(2 * C * 8 * 4) << (i % 4)));
+    CUDA_OK(cudaMemset(filler[i], 0xff, (size_t)(2 * C * 8 * 4) << (i % 4)));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int k = 1; k <= 2; k++) {
+    fill(&L, &r);
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    char what[64];
+    snprintf(what, sizeof what, "replay %d after a larger batch", k);
+    bad |= check_step(&L, 1, what);
+  }
+  int spoiled = 0; // bytes of the fillers that the replays wrote: they wrote through a freed pointer
+  for (int i = 0; i < FILLERS; i++) {
+    const size_t fb = (size_t)(2 * C * 8 * 4) << (i % 4);
+    unsigned char *h = (unsigned char *)malloc(fb);
+    CUDA_OK(cudaMemcpy(h, filler[i], fb, cudaMemcpyDeviceToHost));
+    for (size_t j = 0; j < fb; j++) spoiled += h[j] != 0xff;
+    free(h);
+    CUDA_OK(cudaFree(filler[i]));
+  }
+  printf("  %-4s memory allocated after the scratch grew: %d bytes written by the replays (want 0)\n",
+         spoiled ? "FAIL" : "ok", spoiled);
+  bad |= spoiled != 0;
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  sbn_bn_destroy(L.bn);
+  hook_release(L.x), hook_release(L.dy), hook_release(L.y), hook_release(L.dx), hook_release(bx), hook_release(by);
+  rank_data_free(&L.d), ref_free(&L.ref);
+  free(L.mean), free(L.std), free(L.w), free(L.b);
+  CUDA_OK(cudaStreamDestroy(s));
+  return bad;
+}
+
 int main(void) {
   if (!gpu_or_skip("test_cuda_graph")) return 0;
   int bad = graph_test();
+  printf("a graph replayed after the scratch grew:\n");
+  bad |= grow_test();
   printf("count rules on the device:\n");
   bad |= count_test();
   printf(bad ? "FAILED\n" : "graph replays match the reference; device count rules hold\n");
