@@ -418,7 +418,10 @@ SBN_API sbn_status sbn_bn_set_num_batches_tracked(sbn_bn *bn, int64_t value);
  * (a copy of 2C+1 values, the group's exact host all-reduce, a copy back).
  * A layer without a group, or with a group that reduces device buffers,
  * never synchronizes with the host, so its steps can be captured in a CUDA
- * graph.
+ * graph. Run a step of the largest shape eagerly first: the first call
+ * with a larger shape allocates the layer's scratch (cudaMalloc), which
+ * must not happen during a capture. Graphs captured before such a growth stay valid (the
+ * replaced scratch is kept until sbn_bn_destroy).
  *
  * Counts: the host knows the global count per channel except after a
  * device all-reduce. There the device applies the rules itself: a count
