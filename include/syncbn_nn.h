@@ -283,6 +283,7 @@ SBN_API sbn_status sbn_nn_sgd_destroy(sbn_nn_sgd *opt); /* NULL is a no-op */
 
 /* File layout: 8-byte little-endian header length, a JSON header
  * {"name": {"dtype": "F32"|"I64", "shape": [...], "data_offsets": [b, e]},
+ *  (save writes the entries' own dtypes; load also reads the others),
  *  "__metadata__": {"format": "pt", "syncbn_crc32": "<hex>"}} padded with
  * spaces to a multiple of 8, then the data. The CRC32 (zlib) of the data
  * section detects flipped data bytes; files without it (e.g. written by
@@ -319,8 +320,15 @@ SBN_API void sbn_nn_load_report_free(sbn_nn_load_report *report);
 /* Load a checkpoint into the tree. Everything is validated before anything
  * changes (header length, JSON, every entry's dtype, shape and offsets in
  * range, non-overlapping and covering the data exactly, exact file size,
- * checksum, and the keys, shapes and dtypes against the model); on any
- * failure the model is untouched. Strict: missing or unexpected keys are
+ * checksum, and the keys, shapes and values against the model); on any
+ * failure the model is untouched. An entry of another dtype is converted
+ * to the model's as PyTorch's load_state_dict (param.copy_(input)) does,
+ * with its bits: F64/F32/F16/BF16, integer (I8..I64, U8..U64) and BOOL
+ * entries into float32/float64/float16/bfloat16 (round to nearest even;
+ * to a 16-bit type through float32, as torch), into int64 (floating point
+ * truncated toward zero). Refused (SBN_STATUS_INVALID_ARGUMENT naming the
+ * key): float8 entries, a value an int64 cannot hold (NaN, infinite, out
+ * of range), a num_batches_tracked outside [0, 2^53]. Strict: missing or unexpected keys are
  * errors. Non-strict: matching keys load, the others are listed in
  * *report (may be NULL). Either way, a missing num_batches_tracked loads
  * as 0 (the pre-version-2 state dict) and is not reported. Corrupt files:

@@ -25,4 +25,8 @@ $(BUILD)/tests/nn/%: tests/nn/%.c $(NN_TEST_SUPPORT) $(SBN_STATIC)
 NN_PEER := $(BUILD)/tests/nn/nn_torch_peer
 all: $(NN_PEER) $(BUILD)/examples/nn_example
 EXTRA_TEST_CMDS += 'cmd:d=$$(mktemp -d) && $(NN_PEER) export $$d && $(PYTHON) tests/nn/torch_peer.py $$d && $(NN_PEER) import $$d; rc=$$?; rm -rf $$d; exit $$rc'
+# Loading entries of another dtype, bit for bit against torch's load_state_dict.
+NN_LOAD_DTYPES := $(BUILD)/tests/nn/test_nn_load_dtypes
+all: $(NN_LOAD_DTYPES)
+EXTRA_TEST_CMDS += 'cmd:d=$$(mktemp -d) && $(PYTHON) tests/nn/load_dtypes.py $$d && $(NN_LOAD_DTYPES) $$d; rc=$$?; rm -rf $$d; exit $$rc'
 EXTRA_TEST_CMDS += 'cmd:d=$$(mktemp -d) && $(BUILD)/examples/nn_example $$d/model.safetensors; rc=$$?; rm -rf $$d; exit $$rc'

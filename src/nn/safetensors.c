@@ -278,16 +278,38 @@ static int is_nbt(const char *name) {
   return n >= k && !strcmp(name + n - k, "num_batches_tracked") && (n == k || name[n - k - 1] == '.');
 }
 
-/* Every value in range; the entry may hold any number of them, none included. */
-static sbn_status check_nbt(const sbn_nn_st_tensor *t, const uint8_t *data, const char *name, const char *call) {
-  for (uint64_t off = t->begin; off + 8 <= t->end; off += 8) {
+/* Every value, converted to int64, defined (see st_convert.c) and, for
+ * num_batches_tracked, in range; the entry may hold any number of them. */
+static sbn_status check_int64(const sbn_nn_st_tensor *t, const uint8_t *data, const char *name, const char *call) {
+  const int nbt = is_nbt(name);
+  for (int64_t k = 0; k < t->numel; k++) {
     int64_t v;
-    memcpy(&v, data + off, 8);
-    if (v < 0 || v > SBN_NUM_BATCHES_TRACKED_MAX)
+    double bad;
+    if (!sbn_nn_st_int64_at(t, data, k, &v, &bad))
+      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                      "%s: \"%s\": value %.17g (index %lld, dtype %s in the checkpoint) has no int64 value for the "
+                      "model's I64",
+                      call, name, bad, (long long)k, t->dtype_name);
+    if (nbt && (v < 0 || v > SBN_NUM_BATCHES_TRACKED_MAX))
       return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                       "%s: \"%s\" = %lld is out of range [0, 2^53] (corrupt or foreign checkpoint?)", call, name,
                       (long long)v);
   }
+  return SBN_STATUS_OK;
+}
+
+/* PyTorch converts any dtype on load (param.copy_(input)); ours are those of
+ * st_convert.c. Refused: float8, and values int64 cannot hold. */
+static sbn_status check_dtype(const sbn_nn_st_tensor *t, const sbn_nn_entry *e, const uint8_t *data,
+                              const char *call) {
+  if (!dtype_by_sbn(e->dtype))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" has an invalid dtype (%d)", call, e->name,
+                    (int)e->dtype);
+  if (t->sbn_dtype != (int)e->dtype && !sbn_nn_st_convertible(t))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "%s: \"%s\" has dtype %s in the checkpoint, which does not convert to the model's %s", call,
+                    e->name, t->dtype_name, sbn_nn_st_dtype_name(e->dtype));
+  if (e->dtype == SBN_DTYPE_INT64) return check_int64(t, data, e->name, call);
   return SBN_STATUS_OK;
 }
 
@@ -335,11 +357,6 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
       continue;
     }
     used[t - f.t] = 1;
-    if (t->sbn_dtype != (int)e[i].dtype) {
-      st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: \"%s\" has dtype %s in the checkpoint, the model expects %s",
-                    call, e[i].name, t->dtype_name, sbn_nn_st_dtype_name(e[i].dtype));
-      break;
-    }
     int same = t->ndim == e[i].ndim;
     for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == e[i].shape[d];
     /* PyTorch's backward compatibility: a 1-element 1-D tensor loads into a
@@ -352,9 +369,7 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
                     sbn_nn_shape_str(a, sizeof a, t->ndim, t->shape), sbn_nn_shape_str(b, sizeof b, e[i].ndim, e[i].shape));
       break;
     }
-    if (is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64 &&
-        (st = check_nbt(t, f.data, e[i].name, call)) != SBN_STATUS_OK)
-      break;
+    if ((st = check_dtype(t, &e[i], f.data, call)) != SBN_STATUS_OK) break;
     src[i] = t;
   }
   if (st == SBN_STATUS_OK)
@@ -383,7 +398,7 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
     /* Everything checked: commit. Nothing below can fail. */
     for (int i = 0; i < count; i++) {
       if (src[i])
-        memcpy(e[i].data, f.data + src[i]->begin, src[i]->end - src[i]->begin);
+        sbn_nn_st_convert(e[i].data, e[i].dtype, f.data, src[i]);
       else if (nbt_default && is_nbt(e[i].name) && e[i].dtype == SBN_DTYPE_INT64 && e[i].numel == 1) {
         int is_missing = 0;
         for (int k = 0; k < nmiss; k++) is_missing |= missing[k] == e[i].name;

@@ -33,6 +33,16 @@ const char *sbn_nn_st_dtype_name(sbn_dtype d);
 /* zlib's CRC32 of n bytes continued from crc (0 to start), for any n. */
 uint32_t sbn_nn_st_crc32(uint32_t crc, const void *p, size_t n);
 
+/* Conversions of st_convert.c (PyTorch's copy_ semantics). Whether t's
+ * dtype converts to the library's dtypes at all (float8 does not). */
+int sbn_nn_st_convertible(const sbn_nn_st_tensor *t);
+/* Element k of t as an int64 (floating point truncated toward zero): 0 when
+ * it has none (NaN, infinite, out of range), *bad then holding the value. */
+int sbn_nn_st_int64_at(const sbn_nn_st_tensor *t, const uint8_t *data, int64_t k, int64_t *out, double *bad);
+/* Write t's numel values, converted, into dst of dtype (int64: every value
+ * checked with sbn_nn_st_int64_at first). data: the file's data section. */
+void sbn_nn_st_convert(void *dst, sbn_dtype dtype, const uint8_t *data, const sbn_nn_st_tensor *t);
+
 sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, size_t len, unsigned flags,
                                   sbn_nn_load_report *report, int nbt_default, const char *call);
 sbn_status sbn_nn_st_save(const char *path, const sbn_nn_entry *e, int count, const char *call);
