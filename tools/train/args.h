@@ -1,5 +1,7 @@
 /* Strict parsing of syncbn-train's numeric options: the whole string must be
- * a number in range ("--lr 0.1x" and "--epochs 2.5" are errors). */
+ * a decimal number in range: an optional sign (+4 as Python's int() takes
+ * it), digits, for real values a '.' and an exponent (1e-3). "--lr 0.1x",
+ * "--epochs 2.5", " 4", "0x10", "0x1p-3", "inf" and "nan" are errors. */
 #ifndef SBN_TRAIN_ARGS_H
 #define SBN_TRAIN_ARGS_H
 
