@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -64,10 +65,17 @@ static void usage(FILE *f) {
           "  --stop-after K     stop after K steps as if interrupted (for tests)\n"
           "  --quiet            no per-epoch lines\n"
           "  --version, --help\n\n"
+          "Numbers are decimal: an optional sign, digits, for real values a '.' and an\n"
+          "exponent (--lr 2e-2); spaces, hexadecimal, inf and nan are refused.\n\n"
           "Ctrl-C (SIGINT) or SIGTERM stops after the current step, on every rank, and\n"
           "writes a checkpoint (with --checkpoint-dir); --resume continues from it. A run\n"
-          "stopped so exits 0 and marks its rows \"(interrupted)\"; errors exit 1, a bad\n"
-          "command line 2 (an option's value may not start with \"--\": write --out=--x).\n");
+          "stopped so exits 0 and marks its rows \"(interrupted)\". A second Ctrl-C or\n"
+          "SIGTERM (half a second or more after the first) ends the process at once\n"
+          "(killed by that signal), e.g. when a step cannot finish; the last checkpoint\n"
+          "saved stays complete. A folder given as\n"
+          "--out or --checkpoint-dir is locked: a second run into it is refused. Errors\n"
+          "exit 1, a bad command line or a folder in use 2 (an option's value may not\n"
+          "start with \"--\": write --out=--x).\n");
 }
 
 typedef struct run_ctx {
@@ -81,9 +89,29 @@ static int rank_main(sbn_group *world, void *arg) {
   return (int)train_run(world, &c->cfg, c->train, c->test, c->result);
 }
 
+/* The first SIGINT/SIGTERM asks every rank to stop at the end of the step
+ * (and save a checkpoint to resume from). A second one ends the process at
+ * once by the signal's default action: the way out of a run that does not
+ * reach the end of its step (a collective waiting for a lost rank) short of
+ * SIGKILL or SYNCBN_TIMEOUT. One Ctrl-C often arrives twice within
+ * milliseconds (the terminal signals the whole process group, and a wrapper
+ * such as timeout or mpirun forwards its own copy), so a signal counts as a
+ * second one only STOP_REPEAT_NS after the first. Checkpoints are saved by
+ * renaming a complete file into place, so the last one saved stays whole;
+ * a save cut short leaves only its temporary file, which the next save
+ * removes. */
+#define STOP_REPEAT_NS 500000000LL
+static atomic_llong first_stop_ns; /* 0: no stop signal yet */
+
 static void on_stop_signal(int sig) {
-  (void)sig;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t); /* async-signal-safe */
+  const long long now = (long long)t.tv_sec * 1000000000LL + t.tv_nsec + 1;
   atomic_store_explicit(&train_interrupted, 1, memory_order_relaxed);
+  long long first = 0;
+  if (atomic_compare_exchange_strong(&first_stop_ns, &first, now) || now - first < STOP_REPEAT_NS) return;
+  signal(sig, SIG_DFL);
+  raise(sig);
 }
 
 /* A group that broke (a rank stopped arriving) cannot be finalized: under
@@ -123,16 +151,28 @@ static int check_dir(const char *what, const char *dir) {
 }
 
 /* Two runs saving into one folder would overwrite each other's checkpoints
- * epoch after epoch, each then naming the file as its own. The folder is
+ * epoch after epoch, each then naming the file as its own (and, in one
+ * --out, each other's log and plot). Both folders are
  * locked (flock on the directory: no file of ours in it) for the life of
  * the process; the lock goes with it, however it ends. Only a lock that is
  * held elsewhere stops the run: a file system without flock (some network
  * ones) does not. */
-static int lock_dir(const char *dir) {
+static int lock_dir(const char *what, const char *dir) {
+  /* --out and --checkpoint-dir may name one folder: flock locks belong to
+   * an open file, so a second lock of our own would refuse us. */
+  static dev_t held_dev;
+  static ino_t held_ino;
+  static int held;
+  struct stat sb;
+  if (held && stat(dir, &sb) == 0 && sb.st_dev == held_dev && sb.st_ino == held_ino) return 0;
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) return 0; /* fd stays open */
-  fprintf(stderr, "syncbn-train: --checkpoint-dir '%s' is in use by another run (it holds a lock on the folder); "
-                  "wait for it to end or use another folder\n", dir);
+  if (fd < 0) return 0;
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) { /* fd stays open */
+    if (!held && fstat(fd, &sb) == 0) held = 1, held_dev = sb.st_dev, held_ino = sb.st_ino;
+    return 0;
+  }
+  fprintf(stderr, "syncbn-train: %s '%s' is in use by another run (it holds a lock on the folder); "
+                  "wait for it to end or use another folder\n", what, dir);
   close(fd);
   return -1;
 }
@@ -274,7 +314,9 @@ int main(int argc, char **argv) {
   int io_bad = 0;
   if (rank == 0) {
     io_bad = check_dir("--out", out_dir) ||
-             (base.ckpt_dir && (check_dir("--checkpoint-dir", base.ckpt_dir) || lock_dir(base.ckpt_dir)));
+             (base.ckpt_dir && (check_dir("--checkpoint-dir", base.ckpt_dir) ||
+                                lock_dir("--checkpoint-dir", base.ckpt_dir))) ||
+             lock_dir("--out", out_dir);
     /* gnuplot opens the plot itself: a FIFO there would block it, and the
      * program waiting for gnuplot, at the end of the run */
     if (!io_bad && train_check_regular(png) != 0) io_bad = 1, fprintf(stderr, "syncbn-train: %s\n", train_error());

@@ -14,7 +14,8 @@
 #    --momentum is refused naming both values, a different --lr/--weight-decay continues and
 #    says so; --epochs below the checkpoint's position says what to do; a complete run
 #    trains nothing (exit 0) and keeps its files; an empty resume file says it is empty;
-#  signals: SIGINT and SIGTERM stop cleanly with a checkpoint that resumes;
+#  signals: SIGINT and SIGTERM stop cleanly with a checkpoint that resumes (also when
+#    timeout delivers the signal twice); a second SIGINT ends a blocked run at once;
 #  files: stale temporary files of crashed saves are removed, live and foreign ones kept;
 #    a checkpoint folder in use by a live run is refused;
 #    a --out path with a quote and a newline is passed to gnuplot as data, not script;
@@ -40,13 +41,24 @@ echo "# options"
 check "--help lists the options" $?
 "$bin" --version | grep -Eq '^syncbn-train [0-9]+\.[0-9]+\.[0-9]+'
 check "--version prints the version ($("$bin" --version))" $?
+# Numbers are decimal, an optional sign included; no spaces, hex, inf or nan
 for bad in "--lr 0.1x" "--epochs 2.5" "--batch 0" "--ranks -1" "--momentum nan" "--train-size 4611686018427387904" \
-           "--seed 1e3" "--bn sinc"; do
+           "--seed 1e3" "--bn sinc" "--lr 0x1p-3" "--lr inf" "--epochs 0x2" "--seed +-1" "--lr=.e1" "--lr=1e" \
+           "--ranks=0x2" "--ranks=1_0"; do
   "$bin" $bad --out "$tmp/never" >"$tmp/o" 2>"$tmp/e"; rc=$?
   echo "    $bad -> exit $rc: $(head -1 "$tmp/e")"
   check "'$bad' is an error (exit 2, no training)" $(( rc != 2 || $(wc -c <"$tmp/o") != 0 ))
   [ $rc -eq 2 ] || sed 's/^/      | /' "$tmp/e" "$tmp/o" | head -60 # all of it (a sanitizer's report)
 done
+for one in "--ranks= 4" "--ranks=4 " "--seed= 7" "--lr= 0.1"; do # one word each, spaces included
+  "$bin" "$one" --out "$tmp/never" >"$tmp/o" 2>"$tmp/e"; rc=$?
+  echo "    '$one' -> exit $rc: $(head -1 "$tmp/e")"
+  check "'$one' is an error (exit 2, no training)" $(( rc != 2 || $(wc -c <"$tmp/o") != 0 ))
+done
+T "$bin" --ranks +2 --batch +8 --lr +0.05 --bn sync --epochs 1 --train-size 64 --test-size 32 --quiet \
+  --out "$tmp/plus" >"$tmp/o" 2>&1; rc=$?
+grep -q "2 thread ranks x batch 8" "$tmp/o"
+check "an explicit + sign is taken (--ranks +2 --batch +8 --lr +0.05: exit $rc)" $(( rc || $? ))
 "$bin" --bogus >"$tmp/o" 2>"$tmp/e"; rc=$?
 echo "    --bogus -> exit $rc:"; sed 's/^/      | /' "$tmp/e"
 [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/e")" -eq 2 ] && grep -q "unknown option '--bogus'" "$tmp/e" && grep -q -- "--help" "$tmp/e"
@@ -259,6 +271,32 @@ T "$bin" --bn sync --ranks 2 --batch 4 --epochs 50 --train-size 8000 --test-size
   --checkpoint-dir "$tmp/sigTERM" --out "$tmp/sigTERM" --resume >"$tmp/int2.log" 2>&1
 rc=$?; grep -q "resumed from" "$tmp/int2.log"
 check "the SIGTERM-stopped run resumes (exit $rc)" $(( rc || $? ))
+# A second signal ends a run that cannot reach the end of its step. Here the run is
+# stuck in a write to its stdout (a pipe nobody reads, filled first), as a rank stuck in
+# a collective would be: the first SIGINT cannot take effect, the second kills it with
+# SIGINT's status (130) (a copy of the first that arrives with it does not), and the checkpoint folder keeps the last complete checkpoint,
+# byte for byte, with no partial file beside it.
+d="$tmp/sig2"; mkdir -p "$d"
+small=(--bn sync --ranks 2 --batch 8 --train-size 64 --test-size 32 --quiet --checkpoint-dir "$d/ck" --out "$d")
+T "$bin" "${small[@]}" --epochs 1 >/dev/null 2>&1
+cp -r "$d/ck" "$d/ck.before"
+mkfifo "$d/pipe"; exec 7<>"$d/pipe"; head -c 65536 /dev/zero >&7
+"$bin" "${small[@]}" --epochs 2 --resume >&7 2>"$d/err" & pid=$!
+for _ in $(seq 100); do [ "$(awk '{print $3}' /proc/$pid/stat 2>/dev/null)" = S ] && break; sleep 0.1; done
+sleep 0.5
+kill -INT $pid; kill -INT $pid; sleep 1   # one Ctrl-C delivered twice at once counts once
+alive_after_one=$(kill -0 $pid 2>/dev/null && echo yes || echo no)
+kill -INT $pid
+t0=$(date +%s%N); ended=no
+for _ in $(seq 50); do kill -0 $pid 2>/dev/null || { ended=yes; break; }; sleep 0.1; done
+[ $ended = no ] && kill -KILL $pid
+wait $pid; rc=$?; ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+exec 7>&-
+echo "    blocked run: alive after one SIGINT: $alive_after_one; after the second: ended $ended in ${ms} ms, exit $rc;" \
+  "checkpoint folder: $(ls "$d/ck" | tr '\n' ' ')"
+[ $alive_after_one = yes ] && [ $ended = yes ] && [ $rc -eq 130 ] && diff -r "$d/ck.before" "$d/ck" >/dev/null &&
+  [ -z "$(ls "$d/ck" | grep tmp-)" ]
+check "a second SIGINT ends a blocked run at once (exit 130), the last checkpoint intact, no partial file" $?
 
 echo "# files"
 d="$tmp/stale"; mkdir -p "$d"
@@ -287,6 +325,28 @@ echo "    --checkpoint-dir of a live run -> exit $rc: $(cat "$tmp/e")"
 [ $rc -eq 2 ] && grep -qF -- "--checkpoint-dir '$d' is in use by another run" "$tmp/e" && [ ! -s "$tmp/o" ] &&
   [ "$(cat "$d/train_log.csv")" = kept ] && [ -z "$(ls "$d" | grep safetensors)" ]
 check "a second run into a folder in use is refused (exit 2), its files untouched" $?
+# The same for --out alone: two runs would overwrite each other's log and plot.
+d="$tmp/busyout"; mkdir -p "$d"; echo "kept" >"$d/train_log.csv"
+flock "$d" sleep 120 & lockpid=$!
+sleep 0.5
+T "$bin" --bn sync --ranks 2 --batch 8 --epochs 1 --train-size 64 --test-size 32 --quiet --out "$d" \
+  >"$tmp/o" 2>"$tmp/e"; rc=$?
+kill $lockpid 2>/dev/null; lockpid=
+echo "    --out of a live run -> exit $rc: $(cat "$tmp/e")"
+[ $rc -eq 2 ] && grep -qF -- "--out '$d' is in use by another run" "$tmp/e" && [ ! -s "$tmp/o" ] &&
+  [ "$(cat "$d/train_log.csv")" = kept ] && [ ! -e "$d/train_curves.png" ]
+check "a second run into an --out in use is refused (exit 2), its log untouched" $?
+# Two live runs: the second, into the first one's --out (its own --checkpoint-dir), is refused.
+d="$tmp/twoout"; mkdir -p "$d"
+"$bin" --bn sync --ranks 2 --batch 4 --epochs 50 --train-size 8000 --test-size 64 --quiet --out "$d" \
+  >"$tmp/first.log" 2>&1 & first=$!
+for _ in $(seq 100); do [ -s "$d/train_log.csv" ] && break; sleep 0.1; done
+T "$bin" --bn sync --ranks 2 --batch 8 --epochs 1 --train-size 64 --test-size 32 --quiet --out "$d" \
+  --checkpoint-dir "$tmp/twoout-ck" >"$tmp/o" 2>"$tmp/e"; rc=$?
+kill -INT $first; wait $first; rc1=$?
+echo "    a second run into a live run's --out -> exit $rc: $(cat "$tmp/e"); the first: exit $rc1"
+[ $rc -eq 2 ] && grep -qF -- "--out '$d' is in use by another run" "$tmp/e" && [ $rc1 -eq 0 ]
+check "two live runs cannot share --out (the second exits 2, the first is unaffected)" $?
 odd="$tmp/a'b
 c\"; system(\"touch $tmp/pwned\"); \""
 T "$bin" --bn both --ranks 2 --batch 8 --epochs 1 --train-size 64 --test-size 32 --quiet --out "$odd" >"$tmp/odd.log" 2>&1
