@@ -316,6 +316,9 @@ typedef struct sbn_nn_load_report {
 SBN_API void sbn_nn_load_report_free(sbn_nn_load_report *report);
 
 #define SBN_NN_LOAD_STRICT 1u
+/* Refuse an entry whose dtype is not the model's instead of converting it
+ * (for files only this program writes, where another dtype means damage). */
+#define SBN_NN_LOAD_EXACT_DTYPES 2u
 
 /* Load a checkpoint into the tree. Everything is validated before anything
  * changes (header length, JSON, every entry's dtype, shape and offsets in

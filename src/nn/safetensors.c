@@ -301,10 +301,14 @@ static sbn_status check_int64(const sbn_nn_st_tensor *t, const uint8_t *data, co
 /* PyTorch converts any dtype on load (param.copy_(input)); ours are those of
  * st_convert.c. Refused: float8, and values int64 cannot hold. */
 static sbn_status check_dtype(const sbn_nn_st_tensor *t, const sbn_nn_entry *e, const uint8_t *data,
-                              const char *call) {
+                              int exact, const char *call) {
   if (!dtype_by_sbn(e->dtype))
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entry \"%s\" has an invalid dtype (%d)", call, e->name,
                     (int)e->dtype);
+  if (exact && t->sbn_dtype != (int)e->dtype)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "%s: \"%s\" has dtype %s in the checkpoint, the model expects exactly %s", call, e->name,
+                    t->dtype_name, sbn_nn_st_dtype_name(e->dtype));
   if (t->sbn_dtype != (int)e->dtype && !sbn_nn_st_convertible(t))
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
                     "%s: \"%s\" has dtype %s in the checkpoint, which does not convert to the model's %s", call,
@@ -342,7 +346,10 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
   sbn_nn_st_file f;
   sbn_status st = sbn_nn_st_parse(&f, buf, len, call);
   if (st != SBN_STATUS_OK) return st;
-  const int strict = (flags & SBN_NN_LOAD_STRICT) != 0;
+  if (flags & ~(unsigned)(SBN_NN_LOAD_STRICT | SBN_NN_LOAD_EXACT_DTYPES))
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: unknown flags 0x%x", call,
+                    flags & ~(unsigned)(SBN_NN_LOAD_STRICT | SBN_NN_LOAD_EXACT_DTYPES));
+  const int strict = (flags & SBN_NN_LOAD_STRICT) != 0, exact = (flags & SBN_NN_LOAD_EXACT_DTYPES) != 0;
   const sbn_nn_st_tensor **src = calloc((size_t)count + 1, sizeof *src);
   char *used = calloc((size_t)f.n + 1, 1);
   char **missing = calloc((size_t)count + 1, sizeof *missing);
@@ -369,7 +376,7 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
                     sbn_nn_shape_str(a, sizeof a, t->ndim, t->shape), sbn_nn_shape_str(b, sizeof b, e[i].ndim, e[i].shape));
       break;
     }
-    if ((st = check_dtype(t, &e[i], f.data, call)) != SBN_STATUS_OK) break;
+    if ((st = check_dtype(t, &e[i], f.data, exact, call)) != SBN_STATUS_OK) break;
     src[i] = t;
   }
   if (st == SBN_STATUS_OK)

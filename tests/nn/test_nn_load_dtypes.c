@@ -220,6 +220,22 @@ static int test_refusals(void) {
     printf("  F64 num_batches_tracked -3.7 -> %s: %s%s\n", sbn_status_name(st), msg,
            d ? " [STATE CHANGED]" : " (state unchanged)");
     fails += st != SBN_STATUS_INVALID_ARGUMENT || d;
+    /* The same file with a valid value: converted by default, refused with
+     * SBN_NN_LOAD_EXACT_DTYPES (its message names the entry), and unknown
+     * flag bits are refused; neither refusal changes anything. */
+    nbt = 5.0;
+    NN_CHECK(sbn_nn_save_entries(path, save, n) == SBN_STATUS_OK, "save");
+    const unsigned flag_sets[] = {SBN_NN_LOAD_STRICT | SBN_NN_LOAD_EXACT_DTYPES, SBN_NN_LOAD_EXACT_DTYPES, 0x10u};
+    for (int f = 0; f < 3; f++) {
+      st = sbn_nn_load(bn, path, flag_sets[f], NULL);
+      snprintf(msg, sizeof msg, "%s", sbn_last_error());
+      d = nn_snapshot_diff(&s, bn, 1, NULL, 0);
+      const char *want = f < 2 ? "num_batches_tracked" : "flags";
+      printf("  F64 num_batches_tracked 5.0, flags 0x%x -> %s: %s%s\n", flag_sets[f], sbn_status_name(st), msg,
+             d ? " [STATE CHANGED]" : " (state unchanged)");
+      if (st != SBN_STATUS_INVALID_ARGUMENT || d || !strstr(msg, want))
+        fails++, printf("  FAIL: expected INVALID_ARGUMENT naming \"%s\", state unchanged\n", want);
+    }
     nn_snapshot_free(&s);
     unlink(path);
     free(e);

@@ -163,7 +163,7 @@ sbn_status resume_load_memory(resume_state *rs, const void *buf, size_t len, con
   scalar_entry(&head[RESUME_NINT + 1], OPT_STEP_NAME, &opt_step);
   f64x3_entry(&head[RESUME_NINT + 2], SGD_NAME, sgd);
   sbn_nn_load_report rep = {0};
-  sbn_status st = sbn_nn_load_entries(head, RESUME_NINT + 3, buf, len, 0, &rep);
+  sbn_status st = sbn_nn_load_entries(head, RESUME_NINT + 3, buf, len, SBN_NN_LOAD_EXACT_DTYPES, &rep);
   if (st != SBN_STATUS_OK) return train_fail(st, "resume: %s: %.900s", name, sbn_last_error());
   int missing = 0, has_sgd = 1, has_buffers = 0;
   char first[SBN_NN_NAME_MAX] = "";
@@ -197,7 +197,7 @@ sbn_status resume_load_memory(resume_state *rs, const void *buf, size_t len, con
   sbn_nn_entry *se = &rs->entries[rs->count - 1];
   double scratch[3];
   se->data = scratch;
-  st = sbn_nn_load_entries(rs->entries, rs->count - !has_sgd, buf, len, SBN_NN_LOAD_STRICT, NULL);
+  st = sbn_nn_load_entries(rs->entries, rs->count - !has_sgd, buf, len, SBN_NN_LOAD_STRICT | SBN_NN_LOAD_EXACT_DTYPES, NULL);
   se->data = rs->run_sgd;
   if (st != SBN_STATUS_OK) return train_fail(st, "resume: %s: %.900s", name, sbn_last_error());
   rs->has_file_sgd = has_sgd;
