@@ -24,6 +24,15 @@ $(BUILD)/bench/syncbn-bench-passes: bench/bench_passes.c bench/bench_machine.h $
 
 all: $(BUILD)/bench/syncbn-bench-passes
 
+# syncbn-bench-consumer: a forward followed by a pass that reads its output,
+# under either streaming threshold (BENCHMARKS.md, "Streamed outputs of 1-4
+# MiB").
+$(BUILD)/bench/syncbn-bench-consumer: bench/bench_consumer.c $(SBN_STATIC)
+	@mkdir -p $(dir $@)
+	$(SBN_LD) -o $@ $< $(SBN_STATIC_LINK)
+
+all: $(BUILD)/bench/syncbn-bench-consumer
+
 # syncbn-bench-bf16-ops: the bfloat16 statistics' float64 work per value on
 # one core in L1, against variants of it (BENCHMARKS.md, "What the float64
 # work costs per bfloat16 value").
