@@ -383,6 +383,17 @@ def _push_nbt(layer, nbt):
     layer.nbt_seen = (nbt, nbt._version)
 
 
+def _state(module, name):
+    """The module's parameter or buffer `name` (None if it has none), looked up
+    as PyTorch's BatchNorm.forward looks it up: as an attribute. Tools that
+    substitute a module's tensors for one call (torch.func.functional_call,
+    torch.nn.utils.stateless) may do it by overriding attribute access, which
+    the _parameters/_buffers dicts do not see: the running statistics of such
+    a call must be read from, and updated in, the tensors given, not the
+    module's own."""
+    return getattr(module, name, None)
+
+
 def _momentum_in_library(momentum):
     """Does the library's running-statistics update take this momentum as it is?
     It takes None (cumulative average) and [0, 1]; PyTorch applies its formula
@@ -478,7 +489,7 @@ class _Function(torch.autograd.Function):
         # (autograd runs a Function's forward with gradients off)
         track, training = layer.track, module.training
         rm, rv = running
-        nbt = module._buffers.get("num_batches_tracked")
+        nbt = _state(module, "num_batches_tracked")
         _load_state(layer, weight if module.affine else None, bias, rm, rv, training)
         if track and nbt is not None:
             _push_nbt(layer, nbt)
@@ -618,8 +629,8 @@ class SyncBatchNorm(_BatchNorm):
 
     def _state_dtype(self, input):
         """The dtype of the module's parameters (or running buffers; else the input's)."""
-        for t in (self._parameters.get("weight") if self.affine else None,
-                  self._buffers.get("running_mean"), self._buffers.get("running_var")):
+        for t in (_state(self, "weight") if self.affine else None,
+                  _state(self, "running_mean"), _state(self, "running_var")):
             if t is not None:
                 return t.dtype
         return input.dtype
@@ -630,7 +641,7 @@ class SyncBatchNorm(_BatchNorm):
         this call reads or updates (None: not used). Training updates them
         if track_running_stats; evaluation uses them if they are not None
         (whatever track_running_stats says), else the batch's statistics."""
-        rm, rv = self._buffers.get("running_mean"), self._buffers.get("running_var")
+        rm, rv = _state(self, "running_mean"), _state(self, "running_var")
         if self.training and not self.track_running_stats:
             rm = rv = None
         batch_stats = self.training or (rm is None and rv is None)
@@ -670,10 +681,8 @@ class SyncBatchNorm(_BatchNorm):
             raise SyncBNError(_lib.STATUS_INVALID_ARGUMENT,
                               "syncbn.torch.SyncBatchNorm: tensors on %s are not supported "
                               "(CPU and CUDA only)" % input.device)
-        params, buffers = self._parameters, self._buffers  # what getattr would look up, faster
-        for name, t in (("weight", params.get("weight")), ("bias", params.get("bias")),
-                        ("running_mean", buffers.get("running_mean")),
-                        ("running_var", buffers.get("running_var"))):
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            t = _state(self, name)
             if t is not None and t.device != device:
                 raise RuntimeError("syncbn.torch.SyncBatchNorm: expected all tensors to be on "
                                    "the same device, but the input is on %s and %s on %s"
@@ -723,7 +732,7 @@ class SyncBatchNorm(_BatchNorm):
             # An empty batch normalized by its own statistics: PyTorch returns an
             # empty output (zero parameter gradients) and counts the batch; the
             # library refuses a count of 0, so this is answered here.
-            nbt = self._buffers.get("num_batches_tracked")
+            nbt = _state(self, "num_batches_tracked")
             if self.training and self.track_running_stats and nbt is not None:
                 nbt.add_(1)
             if not self.affine:
@@ -736,7 +745,7 @@ class SyncBatchNorm(_BatchNorm):
             # PyTorch 1.13 returns an empty output, others may raise. As its
             # BatchNorm does: count the batch, then the installed F.batch_norm
             # answers (momentum 0: no statistics change either way).
-            nbt = self._buffers.get("num_batches_tracked")
+            nbt = _state(self, "num_batches_tracked")
             if self.training and self.track_running_stats and nbt is not None:
                 nbt.add_(1)
             return torch.nn.functional.batch_norm(input, rm, rv, self.weight, self.bias, batch_stats,

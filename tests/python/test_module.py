@@ -996,6 +996,49 @@ def pytorch_edges():
         expect("torch.fx.symbolic_trace of a SyncBatchNorm alone: a clear error", "root" in str(e), str(e))
 
 
+def functional_calls():
+    """torch.nn.utils.stateless.functional_call (torch.func.functional_call in
+    PyTorch 2.x) runs the module with the tensors it is given: the running
+    statistics of a training call are read from and updated in the buffers
+    given, the module's own stay, and eval normalizes with the given ones."""
+    print("functional_call with given parameters and buffers (float64, against nn.BatchNorm2d):")
+    try:
+        from torch.func import functional_call
+    except ImportError:
+        from torch.nn.utils.stateless import functional_call
+    g = torch.Generator().manual_seed(12)
+    ref = nn.BatchNorm2d(3).double()
+    ours = sbn.SyncBatchNorm(3).double()
+    ours.load_state_dict(ref.state_dict())
+    given = []
+    for m in (ours, ref):
+        tensors = {k: v.detach().clone() for k, v in m.state_dict().items()}
+        with torch.no_grad():
+            tensors["weight"].copy_(torch.tensor([0.5, 1.0, 1.5])), tensors["bias"].copy_(torch.tensor([0.1, -0.2, 0.3]))
+            tensors["running_mean"].fill_(0.7), tensors["running_var"].fill_(2.0)
+        for k in ("weight", "bias"):
+            tensors[k].requires_grad_()
+        given.append(tensors)
+    err = 0.0
+    for step in range(3):
+        x = torch.randn(4, 3, 5, 5, generator=g, dtype=torch.float64) * 2 + 1
+        dy = torch.randn(4, 3, 5, 5, generator=g, dtype=torch.float64)
+        for m in (ours, ref):
+            m.train(step < 2)
+        ya, yb = (functional_call(m, t, (x,)) for m, t in zip((ours, ref), given))
+        ya.backward(dy), yb.backward(dy)
+        err = max(err, rel_err(ya, yb))
+    a, b = given
+    err = max(err, max(rel_err(a[k].grad, b[k].grad) for k in ("weight", "bias")),
+              max(rel_err(a[k], b[k]) for k in ("running_mean", "running_var")))
+    check("2 training calls + eval: y, grads, the given running stats", err, 1e-12)
+    expect("    the given num_batches_tracked counts (%d, nn.BatchNorm2d %d), the module's own stay"
+           % (int(a["num_batches_tracked"]), int(b["num_batches_tracked"])),
+           int(a["num_batches_tracked"]) == int(b["num_batches_tracked"]) == 2 and
+           all(torch.equal(u, v) for u, v in zip(ours.state_dict().values(), ref.state_dict().values())) and
+           int(ours.num_batches_tracked) == 0 and float(ours.running_var[0]) == 1.0)
+
+
 if __name__ == "__main__":
     if not os.environ.get("SYNCBN_NUM_THREADS"):
         torch.set_num_threads(2)
@@ -1012,4 +1055,5 @@ if __name__ == "__main__":
     compiled()
     traced()
     pytorch_edges()
+    functional_calls()
     finish("syncbn.torch single-process")
