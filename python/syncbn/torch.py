@@ -425,6 +425,24 @@ _TWICE = ("syncbn.torch.SyncBatchNorm cannot be differentiated twice (its backwa
           "penalty, gradgradcheck, ...) is not supported")
 
 
+_FORWARD_AD = ("syncbn.torch.SyncBatchNorm does not support forward-mode AD "
+               "(torch.autograd.forward_ad dual tensors, torch.func.jvp): its work runs in libsyncbn "
+               "and has no forward derivative. Use reverse mode (backward, torch.autograd.grad), or "
+               "call syncbn.torch.revert_sync_batchnorm(model) first")
+
+
+def _check_no_tangents(*tensors):
+    """Forward-mode AD: refused before the call changes anything (PyTorch's own
+    error for a custom Function without jvp comes after the forward has run,
+    and names no module). Cheap when no dual level is active."""
+    fwad = torch.autograd.forward_ad
+    if getattr(fwad, "_current_level", -1) < 0:
+        return
+    for t in tensors:
+        if t is not None and fwad.unpack_dual(t).tangent is not None:
+            raise NotImplementedError(_FORWARD_AD)
+
+
 class _SecondOrder(torch.autograd.Function):
     """Under create_graph=True: the layer's gradients, tied to what they
     depend on (x, weight, bias, the incoming gradient), so that a second
@@ -529,6 +547,10 @@ class _Function(torch.autograd.Function):
         ctx.layer, ctx.format, ctx.affine = layer, fmt, module.affine
         ctx.param_dtype = weight.dtype if weight is not None else None
         return y
+
+    @staticmethod
+    def jvp(ctx, *tangents):  # a dual tensor the check before forward did not see
+        raise NotImplementedError(_FORWARD_AD)
 
     @staticmethod
     @_first_order_only
@@ -769,6 +791,7 @@ class SyncBatchNorm(_BatchNorm):
                 weight = torch.ones(self.num_features, **like)
             if bias is None:
                 bias = torch.zeros(self.num_features, **like)
+        _check_no_tangents(input, weight, bias)
         layer = self._layer(group, device, self._param_dtype(state_dtype), rm is not None or rv is not None)
         try:
             return _Function.apply(input, weight, bias, self, layer, (rm, rv))

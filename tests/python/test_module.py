@@ -747,6 +747,25 @@ def changed_buffers():
                                   "PyTorch's error" if refused else "dx, buffers"), err, 1e-12)
     # A lazily negated view (its data unnegated, a bit says so) is read negated.
     x = torch.randn(3, 4, 2, 2, dtype=torch.float64)
+    # Forward-mode AD (dual tensors): refused by name before the call changes
+    # anything (PyTorch's error for a Function without jvp names no module and
+    # comes after the forward has updated the running statistics).
+    import torch.autograd.forward_ad as fwAD
+    mf = sbn.SyncBatchNorm(3).double()
+    before = [t.clone() for t in mf.buffers()]
+    try:
+        with fwAD.dual_level():
+            mf(fwAD.make_dual(torch.randn(4, 3, 5, dtype=torch.float64), torch.ones(4, 3, 5, dtype=torch.float64)))
+        expect("forward-mode AD: a clear error", False, "no exception")
+    except NotImplementedError as e:
+        expect("forward-mode AD: a clear error, running statistics unchanged",
+               "forward-mode AD" in str(e) and all(torch.equal(u, v) for u, v in zip(before, mf.buffers())),
+               str(e)[:90])
+    xf = torch.randn(4, 3, 5, dtype=torch.float64) * 2 + 1
+    with fwAD.dual_level():  # a dual level without dual inputs: an ordinary call
+        check("forward-AD level active, no dual tensors: y vs nn.BatchNorm1d",
+              rel_err(mf(xf), nn.BatchNorm1d(3).double()(xf)), 1e-12)
+
     xn = x._neg_view() if hasattr(x, "_neg_view") else -x
     ref, ours = nn.BatchNorm2d(4).double(), sbn.SyncBatchNorm(4).double()
     check("a negated view: y and running_mean vs nn.BatchNorm2d",
