@@ -702,7 +702,7 @@ class SyncBatchNorm(_BatchNorm):
         if not (input.is_cuda or device.type == "cpu"):
             raise SyncBNError(_lib.STATUS_INVALID_ARGUMENT,
                               "syncbn.torch.SyncBatchNorm: tensors on %s are not supported "
-                              "(CPU and CUDA only)" % input.device)
+                              "(CPU and CUDA; meta inputs to a module on the meta device)" % input.device)
         for name in ("weight", "bias", "running_mean", "running_var"):
             t = _state(self, name)
             if t is not None and t.device != device:
@@ -739,6 +739,14 @@ class SyncBatchNorm(_BatchNorm):
 
     @_not_traced
     def _library_forward(self, input):
+        if input.device.type == "meta" and all(
+                t is None or t.device.type == "meta"
+                for t in (_state(self, n) for n in ("weight", "bias", "running_mean", "running_var"))):
+            # A module and input without data (shape inference, deferred
+            # initialization): nothing to compute or synchronize; PyTorch's
+            # BatchNorm gives the output's shape, dtype and strides. (A meta
+            # input to a module with data is refused below, naming the device.)
+            return _BatchNorm.forward(self, input)
         if input.dim() > _lib.MAX_DIMS:
             return self._folded_forward(input)
         self._check_devices(input)

@@ -1058,6 +1058,32 @@ def functional_calls():
            int(ours.num_batches_tracked) == 0 and float(ours.running_var[0]) == 1.0)
 
 
+def meta_tensors():
+    """Modules and inputs on the meta device (shape inference, deferred
+    initialization): what nn.BatchNorm gives, with no library call."""
+    print("meta tensors (against nn.BatchNorm):")
+    for training in (True, False):
+        for shape, cl in (((2, 3, 4, 4), False), ((2, 3, 4, 4), True), ((2, 3, 5), False), ((2, 3, 1, 2, 2, 2), False)):
+            res = []
+            for make in (lambda: nn.BatchNorm2d(3, device="meta"), lambda: sbn.SyncBatchNorm(3, device="meta")):
+                m = make().train(training)
+                m._check_input_dim = lambda x: None  # BatchNorm2d's own check aside: F.batch_norm decides
+                x = torch.empty(shape, device="meta")
+                if cl:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                x.requires_grad_()
+                try:
+                    y = m(x)
+                    y.sum().backward()
+                    res.append((tuple(y.shape), y.stride(), y.dtype, str(y.device), x.grad.stride(),
+                                tuple(m.weight.grad.shape), str(m.num_batches_tracked.device)))
+                except Exception as e:  # pylint: disable=broad-except
+                    res.append(("raises", type(e).__name__))
+            expect("%s %s%s: y and dx shape, strides, device" % ("training" if training else "eval", shape,
+                                                               " channels_last" if cl else ""),
+                   res[0] == res[1] and res[1][0] != "raises", "nn.BatchNorm %s, ours %s" % (res[0], res[1]))
+
+
 if __name__ == "__main__":
     if not os.environ.get("SYNCBN_NUM_THREADS"):
         torch.set_num_threads(2)
@@ -1075,4 +1101,5 @@ if __name__ == "__main__":
     traced()
     pytorch_edges()
     functional_calls()
+    meta_tensors()
     finish("syncbn.torch single-process")
