@@ -1084,6 +1084,96 @@ def meta_tensors():
                    res[0] == res[1] and res[1][0] != "raises", "nn.BatchNorm %s, ours %s" % (res[0], res[1]))
 
 
+def user_paths():
+    """What a training script does around the layer, against the same model
+    with nn.BatchNorm2d: CPU autocast to bfloat16, forwards under no_grad and
+    inference_mode, activation checkpointing, deepcopy of a converted model,
+    full backward hooks, an output used by two branches and through a view."""
+    print("around the layer (a Conv-BN-ReLU-Conv-BN model against the same with nn.BatchNorm2d,")
+    print("  float64 but for autocast):")
+    import torch.utils.checkpoint as cp
+
+    def models(dtype):
+        torch.manual_seed(6)  # convolutions without bias: BatchNorm makes its gradient zero (noise)
+        net = nn.Sequential(nn.Conv2d(3, 6, 3, bias=False), nn.BatchNorm2d(6), nn.ReLU(),
+                            nn.Conv2d(6, 4, 3, bias=False), nn.BatchNorm2d(4, momentum=None))
+        net = net.to(dtype)
+        twin = copy.deepcopy(net)
+        return sbn.convert_sync_batchnorm(net), twin
+
+    def state(m, *extra):
+        return [p.grad for p in m.parameters()] + [b for b in m.buffers() if b.is_floating_point()] + list(extra)
+
+    def compare(what, run, tol, dtype=torch.float64):
+        outs = []
+        for m in models(dtype):
+            torch.manual_seed(7)
+            outs.append(run(m))
+        check(what, max(rel_err(a, b) for a, b in zip(*outs)), tol)
+
+    def autocast(m):
+        x = torch.randn(4, 3, 8, 8, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = m(x)
+        assert y.dtype == torch.bfloat16, y.dtype  # as nn.BatchNorm2d's under autocast
+        y.float().square().sum().backward()
+        return [y] + state(m, x.grad)
+    # bfloat16 activations: the layers see the same bfloat16 conv outputs and
+    # round y once (2^-9); the gradients add one more rounding.
+    compare("autocast(cpu, bfloat16): y, grads, running stats", autocast, 2.0 ** -8, torch.float32)
+
+    def no_grad_modes(m):
+        outs = []
+        for mode in (torch.no_grad, torch.inference_mode):
+            for training in (True, False):
+                m.train(training)
+                with mode():
+                    outs.append(m(torch.randn(4, 3, 8, 8, dtype=torch.float64) * 2 + 1))
+        m.train()
+        x = torch.randn(4, 3, 8, 8, dtype=torch.float64, requires_grad=True)  # then training as usual
+        m(x).square().sum().backward()
+        return outs + state(m, x.grad, *[b for b in m.buffers() if not b.is_floating_point()])
+    compare("no_grad / inference_mode forwards (train and eval), then a step", no_grad_modes, 1e-12)
+
+    for reentrant in (True, False):
+        def checkpointed(m, reentrant=reentrant):
+            x = torch.randn(4, 3, 8, 8, dtype=torch.float64, requires_grad=True)
+            kw = {"use_reentrant": reentrant} if "use_reentrant" in cp.checkpoint.__code__.co_varnames else {}
+            if not reentrant and not kw:
+                return [x]  # this PyTorch has only the reentrant kind
+            y = cp.checkpoint(m, x, **kw)
+            (y * torch.randn(y.shape, dtype=y.dtype)).sum().backward()
+            return [y] + state(m, x.grad)
+        compare("checkpoint(use_reentrant=%s): y, grads, running stats" % reentrant, checkpointed, 1e-12)
+
+    def deepcopied(m):
+        m(torch.randn(2, 3, 8, 8, dtype=torch.float64)).sum().backward()  # a used model: library layers, gradients
+        c = copy.deepcopy(m)
+        outs = []
+        for model in (m, c):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(2):
+                opt.zero_grad()
+                y = model(torch.randn(3, 3, 8, 8, dtype=torch.float64))
+                (y * torch.randn(y.shape, dtype=y.dtype)).sum().backward()
+                opt.step()
+            outs += list(model.state_dict().values())
+        return [t.double() for t in outs]
+    compare("deepcopy of a used model: both train apart, as nn's copies", deepcopied, 1e-12)
+
+    def hooked(m):
+        log = []
+        m[1].register_forward_hook(lambda mod, i, o: log.append(o.detach().clone()))
+        m[1].register_full_backward_hook(lambda mod, gi, go: log.extend([gi[0], go[0]]))
+        x = torch.randn(4, 3, 8, 8, dtype=torch.float64, requires_grad=True)
+        y = m(x)
+        z = y[:, :2].mul(3).sum() + y.transpose(1, 3)[..., 1:].square().sum()  # two branches, views
+        z.backward(retain_graph=True)
+        z.backward()  # the same graph twice: gradients accumulate
+        return log + state(m, x.grad)
+    compare("hooks, y in two branches via views, retain_graph twice", hooked, 1e-12)
+
+
 if __name__ == "__main__":
     if not os.environ.get("SYNCBN_NUM_THREADS"):
         torch.set_num_threads(2)
@@ -1102,4 +1192,5 @@ if __name__ == "__main__":
     pytorch_edges()
     functional_calls()
     meta_tensors()
+    user_paths()
     finish("syncbn.torch single-process")
