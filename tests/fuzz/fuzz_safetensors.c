@@ -36,7 +36,7 @@ static void build(void) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!model) build();
-  for (unsigned flags = 0; flags <= SBN_NN_LOAD_STRICT; flags++) {
+  for (unsigned flags = 0; flags <= (SBN_NN_LOAD_STRICT | SBN_NN_LOAD_EXACT_DTYPES); flags++) {
     size_t nb = state_bytes(before);
     sbn_nn_load_report rep;
     sbn_status st = sbn_nn_load_memory(model, data, size, flags, &rep);
