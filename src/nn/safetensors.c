@@ -343,12 +343,11 @@ sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, s
   if (!e && count > 0) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: entries is NULL", call);
   if (!host_is_little_endian())
     return sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: safetensors data is little-endian; big-endian hosts are not supported", call);
+  const unsigned unknown = flags & ~(unsigned)(SBN_NN_LOAD_STRICT | SBN_NN_LOAD_EXACT_DTYPES);
+  if (unknown) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: unknown flags 0x%x", call, unknown);
   sbn_nn_st_file f;
   sbn_status st = sbn_nn_st_parse(&f, buf, len, call);
   if (st != SBN_STATUS_OK) return st;
-  if (flags & ~(unsigned)(SBN_NN_LOAD_STRICT | SBN_NN_LOAD_EXACT_DTYPES))
-    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: unknown flags 0x%x", call,
-                    flags & ~(unsigned)(SBN_NN_LOAD_STRICT | SBN_NN_LOAD_EXACT_DTYPES));
   const int strict = (flags & SBN_NN_LOAD_STRICT) != 0, exact = (flags & SBN_NN_LOAD_EXACT_DTYPES) != 0;
   const sbn_nn_st_tensor **src = calloc((size_t)count + 1, sizeof *src);
   char *used = calloc((size_t)f.n + 1, 1);
