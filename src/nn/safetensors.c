@@ -282,20 +282,20 @@ static int is_nbt(const char *name) {
  * num_batches_tracked, in range; the entry may hold any number of them. */
 static sbn_status check_int64(const sbn_nn_st_tensor *t, const uint8_t *data, const char *name, const char *call) {
   const int nbt = is_nbt(name);
-  for (int64_t k = 0; k < t->numel; k++) {
-    int64_t v;
-    double bad;
-    if (!sbn_nn_st_int64_at(t, data, k, &v, &bad))
-      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
-                      "%s: \"%s\": value %.17g (index %lld, dtype %s in the checkpoint) has no int64 value for the "
-                      "model's I64",
-                      call, name, bad, (long long)k, t->dtype_name);
-    if (nbt && (v < 0 || v > SBN_NUM_BATCHES_TRACKED_MAX))
-      return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
-                      "%s: \"%s\" = %lld is out of range [0, 2^53] (corrupt or foreign checkpoint?)", call, name,
-                      (long long)v);
-  }
-  return SBN_STATUS_OK;
+  int64_t v;
+  double bad;
+  int defined;
+  const int64_t k = sbn_nn_st_int64_scan(t, data, nbt ? 0 : INT64_MIN, nbt ? SBN_NUM_BATCHES_TRACKED_MAX : INT64_MAX,
+                                         &v, &bad, &defined);
+  if (k < 0) return SBN_STATUS_OK;
+  if (defined)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                    "%s: \"%s\" = %lld is out of range [0, 2^53] (corrupt or foreign checkpoint?)", call, name,
+                    (long long)v);
+  return sbn_fail(SBN_STATUS_INVALID_ARGUMENT,
+                  "%s: \"%s\": value %.17g (index %lld, dtype %s in the checkpoint) has no int64 value for the "
+                  "model's I64",
+                  call, name, bad, (long long)k, t->dtype_name);
 }
 
 /* PyTorch converts any dtype on load (param.copy_(input)); ours are those of

@@ -36,11 +36,14 @@ uint32_t sbn_nn_st_crc32(uint32_t crc, const void *p, size_t n);
 /* Conversions of st_convert.c (PyTorch's copy_ semantics). Whether t's
  * dtype converts to the library's dtypes at all (float8 does not). */
 int sbn_nn_st_convertible(const sbn_nn_st_tensor *t);
-/* Element k of t as an int64 (floating point truncated toward zero): 0 when
- * it has none (NaN, infinite, out of range), *bad then holding the value. */
-int sbn_nn_st_int64_at(const sbn_nn_st_tensor *t, const uint8_t *data, int64_t k, int64_t *out, double *bad);
+/* t's values as int64 (floating point truncated toward zero): the index of
+ * the first one that has no int64 value (NaN, infinite, out of range;
+ * *defined = 0) or whose value lies outside [lo, hi] (*defined = 1, *value
+ * set), *raw holding it as a double; -1 when every value is in range. */
+int64_t sbn_nn_st_int64_scan(const sbn_nn_st_tensor *t, const uint8_t *data, int64_t lo, int64_t hi, int64_t *value,
+                             double *raw, int *defined);
 /* Write t's numel values, converted, into dst of dtype (int64: every value
- * checked with sbn_nn_st_int64_at first). data: the file's data section. */
+ * checked with sbn_nn_st_int64_scan first). data: the file's data section. */
 void sbn_nn_st_convert(void *dst, sbn_dtype dtype, const uint8_t *data, const sbn_nn_st_tensor *t);
 
 sbn_status sbn_nn_st_load_entries(sbn_nn_entry *e, int count, const void *buf, size_t len, unsigned flags,
