@@ -412,14 +412,19 @@ void sbn_cpu_set_cf_major(int on) { __atomic_store_n(&cf_major_on, on != 0, __AT
 /* The rows layout's reductions in quads (kern_rows.inc K(stats_quads)) or
  * in column sweeps: the same bits either way. Quads at the generic and avx2
  * levels, measured on an AMD EPYC with a 32 KiB L1 and a 512 KiB L2, AVX2
- * (BENCHMARKS.md, "Quads"): the backward reduce everywhere, the statistics
- * for 16-bit storage and for rows of 4 KiB or more (float32 statistics of
- * narrower rows stream better in column sweeps with the next unit
- * prefetched: 8x256x56x56 0.80-0.83 of a plain read loop against 0.60-0.61
- * in quads; 1.01x in geometric mean once the quads asked for their next
- * lines in memory order). Column sweeps at the AVX-512 levels, tuned on CPUs with the
- * larger caches that come with them, where no quads order has been
- * measured. Units wider than SBN_RL_QUAD_MAX_W take column sweeps. */
+ * (BENCHMARKS.md, "Quads"), for both reductions of every storage type.
+ * float32 statistics of rows under 4 KiB once streamed better in column
+ * sweeps (8x256x56x56 0.80-0.83 of a plain read loop against 0.60-0.61 in
+ * the first quads); against today's quads (8 channels a step, plain
+ * additions, next lines in memory order) the sweeps lose on every such
+ * shape: bench/ab_passes.sh --runs 5, twice, 2 threads, out of cache,
+ * medians 8x128x28x28 0.79 -> 0.96 of the read loop, 8x256x14x14 0.75 ->
+ * 0.94, 8x512x7x7 0.87 -> 1.08, 8x64x56x56 0.79 -> 0.96, 8x64x112x112
+ * 0.86 -> 0.96, 8x256x56x56 0.82 -> 0.92, 8x512x28x28 0.87 -> 0.89
+ * (BENCHMARKS.md, "float32 channels-last statistics in quads"). Column
+ * sweeps at the AVX-512 levels, tuned on CPUs with the larger caches that
+ * come with them, where no quads order has been measured. Units wider than
+ * SBN_RL_QUAD_MAX_W take column sweeps. */
 static int rl_quads_mode; /* atomic; sbn_cpu_set_rl_quads */
 void sbn_cpu_set_rl_quads(int mode) { __atomic_store_n(&rl_quads_mode, mode, __ATOMIC_RELAXED); }
 static int rl_quads(sbn_geom g, const sbn_kargs *k, int op) {
@@ -427,8 +432,7 @@ static int rl_quads(sbn_geom g, const sbn_kargs *k, int op) {
   if (!rows_layout(g) || g.dtype == SBN_DTYPE_FLOAT64 || k->cb > SBN_RL_QUAD_MAX_W) return 0;
   if (op != SBN_K_STATS && op != SBN_K_BRED) return 0;
   if (mode) return mode == 1;
-  if (!quads_level(g)) return 0;
-  return op == SBN_K_BRED || g.dtype != SBN_DTYPE_FLOAT32 || g.c * (int64_t)dtype_bytes(g.dtype) >= 4096;
+  return quads_level(g);
 }
 
 /* Where the rows layout's reductions prefetch what their next unit reads
