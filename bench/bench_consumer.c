@@ -21,22 +21,7 @@
 #include <time.h>
 
 #include "syncbn.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median_ms(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return 1e3 * v[n / 2];
-}
+#include "bench_machine.h"
 
 int main(int argc, char **argv) {
   if (argc < 5 || (strcmp(argv[4], "cf") && strcmp(argv[4], "cl"))) {
@@ -85,7 +70,7 @@ int main(int argc, char **argv) {
   printf("%lldx%lldx%lldx%lld %s float32, SYNCBN_STREAM_MIB=%s: forward %.4f ms, forward + consumer %.4f ms, "
          "backward %.4f ms (medians of %d)\n",
          (long long)n, (long long)c, (long long)h, (long long)h, argv[4], env ? env : "(default)",
-         median_ms(fwd, calls), median_ms(pair, calls), median_ms(bwd, calls), calls);
+         1e3 * median(fwd, calls), 1e3 * median(pair, calls), 1e3 * median(bwd, calls), calls);
   sbn_bn_destroy(consumer);
   sbn_bn_destroy(bn);
   free(arena), free(fwd), free(pair), free(bwd);

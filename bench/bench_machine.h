@@ -1,6 +1,7 @@
-/* What the CPU benchmarks (syncbn-bench, syncbn-bench-passes) share: the
- * clock, medians, the last-level cache size, and the copy bandwidth that
- * every efficiency is a fraction of, measured the same way by both. */
+/* What the CPU benchmarks (syncbn-bench, syncbn-bench-passes,
+ * syncbn-bench-consumer) share: the clock, medians, the last-level cache
+ * size, and the copy bandwidth that every efficiency is a fraction of,
+ * measured the same way by all. */
 #ifndef SBN_BENCH_MACHINE_H
 #define SBN_BENCH_MACHINE_H
 
