@@ -80,6 +80,8 @@ struct sbn_group {
   int rank, size;
   double timeout_s; /* collective wait limit */
   int next_layer;   /* ordinal handed to the next layer created on this handle */
+  int users;        /* layers and data-parallel wrappers holding this handle (atomic):
+                     * sbn_group_destroy refuses while any exist */
   char name[128];
   /* Lineage, process-local: groups split from one root share root_id, and
    * world_ranks[i] is member i's rank in that root. Filled generically by
@@ -91,6 +93,11 @@ struct sbn_group {
 /* This rank leaves g's collectives after an error its peers do not know
  * of (ops->abort; a backend without it: they find out by their timeout). */
 void sbn_group_abort(sbn_group *g, const char *why);
+
+/* A layer or wrapper starts / stops holding g (sbn_group_destroy refuses
+ * while any does, instead of leaving them a dangling pointer). */
+void sbn_group_retain(sbn_group *g);
+void sbn_group_release(sbn_group *g);
 
 /* Allocate a handle with the generic fields set (timeout from SYNCBN_TIMEOUT). */
 sbn_group *sbn_group_alloc(const sbn_comm_ops *ops, void *impl, int rank, int size,

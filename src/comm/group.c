@@ -151,8 +151,20 @@ sbn_status sbn_group_set_timeout(sbn_group *g, double seconds) {
   return SBN_STATUS_OK;
 }
 
+void sbn_group_retain(sbn_group *g) { __atomic_add_fetch(&g->users, 1, __ATOMIC_RELAXED); }
+void sbn_group_release(sbn_group *g) { __atomic_sub_fetch(&g->users, 1, __ATOMIC_RELAXED); }
+
 sbn_status sbn_group_destroy(sbn_group *g) {
   if (!g) return SBN_STATUS_OK;
+  /* Layers and wrappers keep a pointer to their group: freeing it under
+   * them would make their next collective a use-after-free. */
+  const int users = __atomic_load_n(&g->users, __ATOMIC_RELAXED);
+  if (users > 0)
+    return sbn_fail(SBN_STATUS_BAD_STATE,
+                    "sbn_group_destroy: group '%s' (%s, rank %d of %d) is still used by %d layer%s or "
+                    "data-parallel wrapper%s: destroy them first (the group is unchanged)",
+                    g->name, g->ops->name, g->rank, g->size, users, users == 1 ? "" : "s",
+                    users == 1 ? "" : "s");
   g->ops->destroy(g);
   free(g->world_ranks);
   free(g);

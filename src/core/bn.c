@@ -107,6 +107,7 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
   if (group && group->size > 1) {
     bn->group = group;
     bn->layer_id = group->next_layer++;
+    sbn_group_retain(group);
   } else {
     bn->layer_id = -1;
   }
@@ -116,6 +117,7 @@ sbn_status sbn_bn_create(sbn_bn **out, const sbn_bn_options *o, sbn_group *group
 
 sbn_status sbn_bn_destroy(sbn_bn *bn) {
   if (bn) {
+    if (bn->group) sbn_group_release(bn->group);
     bn->dev->destroy(&bn->L);
     free(bn);
   }

@@ -319,6 +319,7 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
     dp_free(dp);
     return st;
   }
+  if (group) sbn_group_retain(group); /* the group must outlive the wrapper */
   *out = dp;
   return SBN_STATUS_OK;
 }
@@ -500,6 +501,7 @@ sbn_status sbn_dp_destroy(sbn_dp *dp) {
   char keep[1024]; /* destroy never changes the last error */
   snprintf(keep, sizeof keep, "%s", sbn_last_error());
   sbn_module_set_wrapped(dp->model, 0);
+  if (dp->group) sbn_group_release(dp->group);
   dp_free(dp);
   sbn_restore_error(keep);
   return SBN_STATUS_OK;
