@@ -182,8 +182,7 @@ SBN_API sbn_status sbn_team_join(sbn_group **world, sbn_team *team, int rank);
 SBN_API sbn_status sbn_team_destroy(sbn_team *team);
 
 /* Run fn on `size` threads, one per rank, each given its world group (which
- * is destroyed after fn returns; a layer or wrapper fn left on it keeps it
- * and makes that rank fail with SBN_STATUS_BAD_STATE). Returns SBN_STATUS_OK when every fn returned
+ * is destroyed after fn returns). Returns SBN_STATUS_OK when every fn returned
  * 0, else the status of the lowest failing rank (SBN_STATUS_INTERNAL if fn
  * returned a non-status value); sbn_last_error() then names that rank, its
  * return value and the last error message recorded on its thread. */
@@ -230,9 +229,11 @@ SBN_API sbn_status sbn_group_split(sbn_group **out, sbn_group *parent, int color
  * ranks give SBN_STATUS_MISMATCH on every rank. */
 SBN_API sbn_status sbn_group_new(sbn_group **out, sbn_group *parent, int n, const int *ranks);
 /* Release this rank's handle (local, not collective). NULL is a no-op.
- * Refused with SBN_STATUS_BAD_STATE, the handle unchanged and usable, while
- * layers (sbn_bn_create, SyncBatchNorm modules) or data-parallel wrappers
- * made on this handle exist: destroy those first. */
+ * Layers (sbn_bn_create, SyncBatchNorm modules) and data-parallel wrappers
+ * made on the handle should be destroyed first; if some still exist, the
+ * backend is released now and the handle's memory when the last of them is
+ * destroyed, and their collectives fail with SBN_STATUS_BAD_STATE saying
+ * that the group was destroyed. */
 SBN_API sbn_status sbn_group_destroy(sbn_group *group);
 
 /* --- collectives (every rank of the group, same order, same arguments) --- */

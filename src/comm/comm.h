@@ -80,8 +80,9 @@ struct sbn_group {
   int rank, size;
   double timeout_s; /* collective wait limit */
   int next_layer;   /* ordinal handed to the next layer created on this handle */
-  int users;        /* layers and data-parallel wrappers holding this handle (atomic):
-                     * sbn_group_destroy refuses while any exist */
+  /* Layers and data-parallel wrappers holding this handle, plus the
+   * destroyed bit (atomic, group.c): the memory outlives them all. */
+  uint32_t holds;
   char name[128];
   /* Lineage, process-local: groups split from one root share root_id, and
    * world_ranks[i] is member i's rank in that root. Filled generically by
@@ -94,8 +95,11 @@ struct sbn_group {
  * of (ops->abort; a backend without it: they find out by their timeout). */
 void sbn_group_abort(sbn_group *g, const char *why);
 
-/* A layer or wrapper starts / stops holding g (sbn_group_destroy refuses
- * while any does, instead of leaving them a dangling pointer). */
+/* A layer or wrapper starts / stops holding g. sbn_group_destroy of a held
+ * handle releases the backend at once but keeps the handle's memory, with
+ * a backend table whose calls all fail, until the last holder lets go: a
+ * layer used after its group was destroyed gets an error, not a dangling
+ * pointer. */
 void sbn_group_retain(sbn_group *g);
 void sbn_group_release(sbn_group *g);
 

