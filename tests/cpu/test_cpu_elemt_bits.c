@@ -267,6 +267,16 @@ int main(void) {
   for (int d = 0; d < 3; d++) {
     bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 8, 1100, 250, 1, &r);
     bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 16, 6007, 13, 1, &r);
+    bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 16, 2701, 49, 1, &r); /* 7x7 */
+  }
+  /* Unstreamed flat runs (64 KiB and more) of rows of 16, 17 and 49 values:
+   * bfloat16 below AVX-512 takes 16-value steps only, from a 32-byte
+   * boundary, the vectors spanning two channels blended (a spanning vector
+   * at every position of its 16, rows that end exactly on a vector). */
+  for (int d = 0; d < 3; d++) {
+    bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 8, 300, 16, 0, &r);
+    bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 7, 301, 17, 0, &r);
+    bad |= one(dts[d], SBN_LAYOUT_CHANNELS_FIRST, 8, 100, 49, 0, &r);
   }
   /* float64: the same shapes (every width and tail of its 4-double
    * vectors), and sizes past the streaming threshold, where the 16-bit and
