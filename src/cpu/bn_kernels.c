@@ -301,9 +301,11 @@ static int use_stream(sbn_geom g) {
  * at most two channels: streamed outputs, and unstreamed ones of at least
  * FLAT_MIN bytes. Row by row, each 7x7 or 14x14 row has its own unaligned
  * head and scalar tail. Measured (2 threads, out of cache, 8x2048x7x7
- * float32): normalize 0.248 -> 0.223 ms, backward elementwise 0.34 ->
- * 0.245 ms. On a tiny tensor (2x16x4x4, a call of about 1 us) the flat
- * run's setup cost 0.2 us a call, hence the floor. */
+ * float32): normalize 0.248 -> 0.223 ms. (The 0.34 -> 0.245 ms once
+ * recorded for the backward elementwise pass came from its float32 stores
+ * streaming even where use_stream said not to: fixed, they follow it as
+ * every pass does; BENCHMARKS.md.) On a tiny tensor (2x16x4x4, a call of
+ * about 1 us) the flat run's setup cost 0.2 us a call, hence the floor. */
 enum { FLAT_MIN = 1 << 16 };
 static int use_flat(sbn_geom g) {
   const size_t es = dtype_bytes(g.dtype);
