@@ -5,7 +5,8 @@
  * of the L3. Here every forward is followed by a consumer that reads y and
  * writes it in place on the same threads (a second layer's eval-mode
  * normalize, y = a*y + b, as an in-place ReLU would), and the pair is
- * timed. Run it under both settings of the streaming threshold, e.g.
+ * timed; every backward likewise by the same consumer of dx (as the layer
+ * below reads the gradient next). Run it under both settings of the streaming threshold, e.g.
  *
  *   SYNCBN_STREAM_MIB=4 build/bench/syncbn-bench-consumer 8 2048 7 cl
  *   SYNCBN_STREAM_MIB=1 build/bench/syncbn-bench-consumer 8 2048 7 cl
@@ -40,8 +41,8 @@ int main(int argc, char **argv) {
   if (sets > 256) sets = 256;
   char *arena = aligned_alloc(64, (size_t)sets * set);
   double *fwd = malloc(sizeof(double) * (size_t)calls), *pair = malloc(sizeof(double) * (size_t)calls),
-         *bwd = malloc(sizeof(double) * (size_t)calls);
-  if (!arena || !fwd || !pair || !bwd) return fprintf(stderr, "out of memory\n"), 1;
+         *bwd = malloc(sizeof(double) * (size_t)calls), *bpair = malloc(sizeof(double) * (size_t)calls);
+  if (!arena || !fwd || !pair || !bwd || !bpair) return fprintf(stderr, "out of memory\n"), 1;
   for (size_t i = 0; i < (size_t)sets * set / sizeof(float); i++)
     ((float *)arena)[i] = (float)((i * 37) % 101) / 25.0f - 2.0f;
   sbn_bn_options o = sbn_bn_options_default(c);
@@ -63,16 +64,19 @@ int main(int argc, char **argv) {
     const double t2 = now();
     if (st == SBN_STATUS_OK) st = sbn_bn_backward(bn, &dx, &dy, &bx);
     const double t3 = now();
+    if (st == SBN_STATUS_OK) st = sbn_bn_forward(consumer, &dx, &dx); /* reads dx, as the layer below would */
+    const double t4 = now();
     if (st != SBN_STATUS_OK) return fprintf(stderr, "%s\n", sbn_last_error()), 1;
-    if (r >= 0) fwd[r] = t1 - t0, pair[r] = t2 - t0, bwd[r] = t3 - t2;
+    if (r >= 0) fwd[r] = t1 - t0, pair[r] = t2 - t0, bwd[r] = t3 - t2, bpair[r] = t4 - t2;
   }
   const char *env = getenv("SYNCBN_STREAM_MIB");
   printf("%lldx%lldx%lldx%lld %s float32, SYNCBN_STREAM_MIB=%s: forward %.4f ms, forward + consumer %.4f ms, "
-         "backward %.4f ms (medians of %d)\n",
+         "backward %.4f ms, backward + consumer %.4f ms (medians of %d)\n",
          (long long)n, (long long)c, (long long)h, (long long)h, argv[4], env ? env : "(default)",
-         1e3 * median(fwd, calls), 1e3 * median(pair, calls), 1e3 * median(bwd, calls), calls);
+         1e3 * median(fwd, calls), 1e3 * median(pair, calls), 1e3 * median(bwd, calls),
+         1e3 * median(bpair, calls), calls);
   sbn_bn_destroy(consumer);
   sbn_bn_destroy(bn);
-  free(arena), free(fwd), free(pair), free(bwd);
+  free(arena), free(fwd), free(pair), free(bwd), free(bpair);
   return 0;
 }
