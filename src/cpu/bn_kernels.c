@@ -37,9 +37,21 @@ typedef enum pass_kind { PASS_REDUCE, PASS_ELEMWISE } pass_kind;
 
 static int rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST || g.s <= 1; }
 
-/* Where the rows layout's reductions take quads by default: 16- and 32-bit
- * storage below the AVX-512 levels (rl_quads below says which passes). */
-static int quads_level(sbn_geom g) { return g.dtype != SBN_DTYPE_FLOAT64 && sbn_cpu_get_isa() < SBN_CPU_ISA_AVX512; }
+/* Where the rows layout's reductions (op: SBN_K_STATS, SBN_K_BRED) take
+ * quads by default: both, for 16- and 32-bit storage, below the AVX-512
+ * levels; the float32 backward reduce alone at them, where the 16-bit
+ * reductions, bound by their float64 arithmetic, go faster 8 doubles a
+ * vector in column sweeps. Measured at the avx512bf16 level (Intel Xeon,
+ * 2 threads, out of cache, bench/ab_passes.sh, 3 runs of each, of a plain
+ * read loop; BENCHMARKS.md "Quads at the AVX-512 levels"): float32 backward
+ * reduce in quads 1.03-1.20x closer to it on every ResNet-50 shape,
+ * float32 statistics 0.85-1.05x, 16-bit statistics 0.6-0.9x, 16-bit
+ * backward reduce 0.75-1.2x. */
+static int quads_level(sbn_geom g, int op) {
+  if (g.dtype == SBN_DTYPE_FLOAT64) return 0;
+  if (sbn_cpu_get_isa() < SBN_CPU_ISA_AVX512) return 1;
+  return g.dtype == SBN_DTYPE_FLOAT32 && op == SBN_K_BRED;
+}
 
 /* Channels per block of the rows layout's reductions. Whole rows up to
  * 2 x MAX_CB channels; wider rows in even blocks of at most MAX_CB (a
@@ -53,17 +65,16 @@ static int quads_level(sbn_geom g) { return g.dtype != SBN_DTYPE_FLOAT64 && sbn_
  * 0.382-0.410 -> 0.318-0.348, 8x1024x14x14 bfloat16 backward reduce
  * 0.343-0.367 -> 0.282-0.310; C = 1536 and 2048 kept blocks of 512 (two
  * blocks of 1024 measured 4-8% slower at 8x2048x7x7, in column sweeps).
- * Where the reductions run in quads (rl_quads: below the AVX-512 levels,
- * 16- and 32-bit storage), whole rows up to SBN_RL_QUAD_MAX_W and wider
- * ones in even blocks of at most that: a unit then reads its rows end to
- * end. Measured (AMD EPYC, 2 threads, out of cache, against a plain read
+ * Where a reduction runs in quads (quads_level, rl_quads), whole rows up
+ * to SBN_RL_QUAD_MAX_W and wider ones in even blocks of at most that: a
+ * unit then reads its rows end to end. Measured (AMD EPYC, 2 threads, out of cache, against a plain read
  * loop, 3-4 runs alternating): statistics / backward reduce 1.19x / 1.33x
  * (float32) and 1.22x / 1.46x (bfloat16) at 16x1152x14x14, 1.21-1.30x at
  * 8x1040x14x14, 1.22-1.36x at 16x1536x14x14, float32 8x2048x7x7 1.09x /
  * 1.19x, 256x4096 (two blocks of 2048) 1.12-1.26x; 8x1024x14x14, unchanged,
  * 0.96-1.06x. Blocks of 1024 instead of 512 alone gained nothing. */
-static int64_t rl_reduce_cb(sbn_geom g) {
-  const int quads = quads_level(g);
+static int64_t rl_reduce_cb(sbn_geom g, int op) {
+  const int quads = quads_level(g, op);
   const int64_t whole = quads ? SBN_RL_QUAD_MAX_W : 2 * MAX_CB, most = quads ? SBN_RL_QUAD_MAX_W : MAX_CB;
   if (g.c <= whole) return g.c;
   const int64_t nb = (g.c + most - 1) / most, cb = (g.c + nb - 1) / nb;
@@ -106,8 +117,10 @@ static int64_t ew_cb(sbn_geom g) { return g.c >= 2 * EW_CB && use_stream(g) ? EW
 
 /* Units of a pass over a shape; fills k's partition fields. Returns the
  * unit count, the values per unit in *per_unit and the doubles of partial
- * sums in *part (when not NULL). */
-static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit, size_t *part) {
+ * sums in *part (when not NULL). op: the pass, whose order (quads or column
+ * sweeps) sets a reduction's channel blocks; the partial sums' count does
+ * not depend on it. */
+static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int op, int64_t *per_unit, size_t *part) {
   memset(k, 0, sizeof *k);
   k->n = g.n, k->c = g.c, k->s = g.s;
   if (!rows_layout(g)) {
@@ -135,7 +148,7 @@ static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int64_t *per_unit,
   int64_t rb = UNIT / k->cb;
   rb = rb < MIN_RB ? MIN_RB : rb / 8 * 8;
   k->rb = rb;
-  k->cb = rl_reduce_cb(g); /* after rb, which stays that of MAX_CB-channel blocks */
+  k->cb = rl_reduce_cb(g, op); /* after rb, which stays that of MAX_CB-channel blocks */
   k->ncb = (g.c + k->cb - 1) / k->cb;
   const int64_t nrb = (k->rows + rb - 1) / rb;
   k->rg = rl_group(nrb);
@@ -150,7 +163,7 @@ int sbn_cpu_ws_reserve(sbn_cpu_ws *ws, sbn_geom g) {
   /* An empty tensor runs no pass (its sums are zeros, set directly), so it
    * needs no partials, however large the dimensions that index it: the
    * channels-first plan of [0, C, 2^30, 2^30] would ask for 2^48 bytes. */
-  if (g.n > 0 && g.s > 0) plan(&k, g, PASS_REDUCE, NULL, &need);
+  if (g.n > 0 && g.s > 0) plan(&k, g, PASS_REDUCE, SBN_K_STATS, NULL, &need); /* the same partials for either op */
   if (need < 5 * (size_t)g.c) need = 5 * (size_t)g.c; /* 2 x 5C floats of coefficients */
   if (need <= ws->cap) return 0;
   if (need > (SIZE_MAX - 64) / sizeof(double)) return -1;
@@ -423,10 +436,9 @@ void sbn_cpu_set_cf_major(int on) { __atomic_store_n(&cf_major_on, on != 0, __AT
  * medians 8x128x28x28 0.79 -> 0.96 of the read loop, 8x256x14x14 0.75 ->
  * 0.94, 8x512x7x7 0.87 -> 1.08, 8x64x56x56 0.79 -> 0.96, 8x64x112x112
  * 0.86 -> 0.96, 8x256x56x56 0.82 -> 0.92, 8x512x28x28 0.87 -> 0.89
- * (BENCHMARKS.md, "float32 channels-last statistics in quads"). Column
- * sweeps at the AVX-512 levels, tuned on CPUs with the larger caches that
- * come with them, where no quads order has been measured. Units wider than
- * SBN_RL_QUAD_MAX_W take column sweeps. */
+ * (BENCHMARKS.md, "float32 channels-last statistics in quads"). At the
+ * AVX-512 levels only the float32 backward reduce (quads_level). Units wider
+ * than SBN_RL_QUAD_MAX_W take column sweeps. */
 static int rl_quads_mode; /* atomic; sbn_cpu_set_rl_quads */
 void sbn_cpu_set_rl_quads(int mode) { __atomic_store_n(&rl_quads_mode, mode, __ATOMIC_RELAXED); }
 static int rl_quads(sbn_geom g, const sbn_kargs *k, int op) {
@@ -434,7 +446,7 @@ static int rl_quads(sbn_geom g, const sbn_kargs *k, int op) {
   if (!rows_layout(g) || g.dtype == SBN_DTYPE_FLOAT64 || k->cb > SBN_RL_QUAD_MAX_W) return 0;
   if (op != SBN_K_STATS && op != SBN_K_BRED) return 0;
   if (mode) return mode == 1;
-  return quads_level(g);
+  return quads_level(g, op);
 }
 
 /* Where the rows layout's reductions prefetch what their next unit reads
@@ -480,7 +492,7 @@ static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, do
   const pass_kind kind = op == SBN_K_STATS || op == SBN_K_BRED ? PASS_REDUCE : PASS_ELEMWISE;
   sbn_kargs p;
   int64_t per_unit = 0;
-  const int64_t units = plan(&p, g, kind, &per_unit, NULL);
+  const int64_t units = plan(&p, g, kind, op, &per_unit, NULL);
   k->n = p.n, k->c = p.c, k->s = p.s, k->chunk = p.chunk, k->nck = p.nck;
   k->rb = p.rb, k->rows = p.rows, k->cb = p.cb, k->ncb = p.ncb, k->rg = p.rg;
   k->s1 = s1, k->s2 = s2;
