@@ -39,18 +39,21 @@ static int rows_layout(sbn_geom g) { return g.layout == SBN_LAYOUT_CHANNELS_LAST
 
 /* Where the rows layout's reductions (op: SBN_K_STATS, SBN_K_BRED) take
  * quads by default: both, for 16- and 32-bit storage, below the AVX-512
- * levels; the float32 backward reduce alone at them, where the 16-bit
- * reductions, bound by their float64 arithmetic, go faster 8 doubles a
- * vector in column sweeps. Measured at the avx512bf16 level (Intel Xeon,
- * 2 threads, out of cache, bench/ab_passes.sh, 3 runs of each, of a plain
- * read loop; BENCHMARKS.md "Quads at the AVX-512 levels"): float32 backward
- * reduce in quads 1.03-1.20x closer to it on every ResNet-50 shape,
- * float32 statistics 0.85-1.05x, 16-bit statistics 0.6-0.9x, 16-bit
- * backward reduce 0.75-1.2x. */
+ * levels. At them only the backward reduce, float32 at any width and 16-bit
+ * rows of QUADS16_MIN_C channels or more; the statistics keep the column
+ * sweeps, which do the 16-bit types' float64 arithmetic 8 doubles a vector.
+ * Measured at the avx512bf16 level (Intel Xeon, 2 threads, out of cache,
+ * bench/ab_passes.sh, 3 runs each, against a plain read loop; BENCHMARKS.md
+ * "Quads at the AVX-512 levels"), quads against sweeps over the ResNet-50
+ * shapes: float32 backward reduce 1.00-1.23x, 16-bit backward reduce
+ * 1.05-1.15x (bfloat16) and 0.93-1.11x (float16) at C >= 256 but 0.75-0.95x
+ * at C = 64 and 128, float32 statistics 0.86-1.07x, 16-bit statistics
+ * 0.6-0.99x. */
+enum { QUADS16_MIN_C = 256 };
 static int quads_level(sbn_geom g, int op) {
   if (g.dtype == SBN_DTYPE_FLOAT64) return 0;
   if (sbn_cpu_get_isa() < SBN_CPU_ISA_AVX512) return 1;
-  return g.dtype == SBN_DTYPE_FLOAT32 && op == SBN_K_BRED;
+  return op == SBN_K_BRED && (g.dtype == SBN_DTYPE_FLOAT32 || g.c >= QUADS16_MIN_C);
 }
 
 /* Channels per block of the rows layout's reductions. Whole rows up to
