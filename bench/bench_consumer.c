@@ -6,7 +6,8 @@
  * writes it in place on the same threads (a second layer's eval-mode
  * normalize, y = a*y + b, as an in-place ReLU would), and the pair is
  * timed; every backward likewise by the same consumer of dx (as the layer
- * below reads the gradient next). Run it under both settings of the streaming threshold, e.g.
+ * below reads the gradient next). Run it under both settings of the
+ * streaming threshold, e.g.
  *
  *   SYNCBN_STREAM_MIB=4 build/bench/syncbn-bench-consumer 8 2048 7 cl
  *   SYNCBN_STREAM_MIB=1 build/bench/syncbn-bench-consumer 8 2048 7 cl

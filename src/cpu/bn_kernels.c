@@ -70,8 +70,9 @@ static int quads_level(sbn_geom g, int op) {
  * blocks of 1024 measured 4-8% slower at 8x2048x7x7, in column sweeps).
  * Where a reduction runs in quads (quads_level, rl_quads), whole rows up
  * to SBN_RL_QUAD_MAX_W and wider ones in even blocks of at most that: a
- * unit then reads its rows end to end. Measured (AMD EPYC, 2 threads, out of cache, against a plain read
- * loop, 3-4 runs alternating): statistics / backward reduce 1.19x / 1.33x
+ * unit then reads its rows end to end. Measured (AMD EPYC, 2 threads, out
+ * of cache, against a plain read loop, 3-4 runs alternating): statistics /
+ * backward reduce 1.19x / 1.33x
  * (float32) and 1.22x / 1.46x (bfloat16) at 16x1152x14x14, 1.21-1.30x at
  * 8x1040x14x14, 1.22-1.36x at 16x1536x14x14, float32 8x2048x7x7 1.09x /
  * 1.19x, 256x4096 (two blocks of 2048) 1.12-1.26x; 8x1024x14x14, unchanged,
@@ -120,10 +121,12 @@ static int64_t ew_cb(sbn_geom g) { return g.c >= 2 * EW_CB && use_stream(g) ? EW
 
 /* Units of a pass over a shape; fills k's partition fields. Returns the
  * unit count, the values per unit in *per_unit and the doubles of partial
- * sums in *part (when not NULL). op: the pass, whose order (quads or column
- * sweeps) sets a reduction's channel blocks; the partial sums' count does
- * not depend on it. */
-static int64_t plan(sbn_kargs *k, sbn_geom g, pass_kind kind, int op, int64_t *per_unit, size_t *part) {
+ * sums in *part (when not NULL). op: the pass (SBN_K_*), whose order
+ * (quads or column sweeps) sets a reduction's channel blocks; the partial
+ * sums' count does not depend on it. */
+static pass_kind kind_of(int op) { return op == SBN_K_STATS || op == SBN_K_BRED ? PASS_REDUCE : PASS_ELEMWISE; }
+static int64_t plan(sbn_kargs *k, sbn_geom g, int op, int64_t *per_unit, size_t *part) {
+  const pass_kind kind = kind_of(op);
   memset(k, 0, sizeof *k);
   k->n = g.n, k->c = g.c, k->s = g.s;
   if (!rows_layout(g)) {
@@ -166,7 +169,7 @@ int sbn_cpu_ws_reserve(sbn_cpu_ws *ws, sbn_geom g) {
   /* An empty tensor runs no pass (its sums are zeros, set directly), so it
    * needs no partials, however large the dimensions that index it: the
    * channels-first plan of [0, C, 2^30, 2^30] would ask for 2^48 bytes. */
-  if (g.n > 0 && g.s > 0) plan(&k, g, PASS_REDUCE, SBN_K_STATS, NULL, &need); /* the same partials for either op */
+  if (g.n > 0 && g.s > 0) plan(&k, g, SBN_K_STATS, NULL, &need); /* the same partials for either reduction */
   if (need < 5 * (size_t)g.c) need = 5 * (size_t)g.c; /* 2 x 5C floats of coefficients */
   if (need <= ws->cap) return 0;
   if (need > (SIZE_MAX - 64) / sizeof(double)) return -1;
@@ -440,8 +443,9 @@ void sbn_cpu_set_cf_major(int on) { __atomic_store_n(&cf_major_on, on != 0, __AT
  * 0.94, 8x512x7x7 0.87 -> 1.08, 8x64x56x56 0.79 -> 0.96, 8x64x112x112
  * 0.86 -> 0.96, 8x256x56x56 0.82 -> 0.92, 8x512x28x28 0.87 -> 0.89
  * (BENCHMARKS.md, "float32 channels-last statistics in quads"). At the
- * AVX-512 levels only the float32 backward reduce (quads_level). Units wider
- * than SBN_RL_QUAD_MAX_W take column sweeps. */
+ * AVX-512 levels only the backward reduce, and for 16-bit storage only at
+ * widths where it gains (quads_level). Units wider than SBN_RL_QUAD_MAX_W
+ * take column sweeps. */
 static int rl_quads_mode; /* atomic; sbn_cpu_set_rl_quads */
 void sbn_cpu_set_rl_quads(int mode) { __atomic_store_n(&rl_quads_mode, mode, __ATOMIC_RELAXED); }
 static int rl_quads(sbn_geom g, const sbn_kargs *k, int op) {
@@ -492,10 +496,10 @@ static int cf_major(sbn_geom g, int64_t nck) {
 
 /* Run a pass: plan, split among the threads, merge the reductions. */
 static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, double *s2) {
-  const pass_kind kind = op == SBN_K_STATS || op == SBN_K_BRED ? PASS_REDUCE : PASS_ELEMWISE;
+  const pass_kind kind = kind_of(op);
   sbn_kargs p;
   int64_t per_unit = 0;
-  const int64_t units = plan(&p, g, kind, op, &per_unit, NULL);
+  const int64_t units = plan(&p, g, op, &per_unit, NULL);
   k->n = p.n, k->c = p.c, k->s = p.s, k->chunk = p.chunk, k->nck = p.nck;
   k->rb = p.rb, k->rows = p.rows, k->cb = p.cb, k->ncb = p.ncb, k->rg = p.rg;
   k->s1 = s1, k->s2 = s2;
