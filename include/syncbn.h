@@ -339,6 +339,19 @@ SBN_API sbn_status sbn_bn_forward(sbn_bn *bn, sbn_tensor *y, const sbn_tensor *x
 SBN_API sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy,
                                    const sbn_tensor *x);
 
+/* This rank's forward (backward = 0) or backward (backward = 1) of the
+ * layer fails before it reaches the library: a binding's own check of its
+ * caller's input refused it (the Python package's dtype and device rules,
+ * say). Where that call would have synchronized (a training forward on a
+ * group; the backward of a synchronized forward), this rank still takes
+ * part in its collective, carrying the failure, so the other ranks' calls
+ * fail with SBN_STATUS_PEER_FAILED naming this rank and `message` instead
+ * of waiting for it. Nothing changes on any rank; the group stays usable.
+ * Returns `status`, with `message` as sbn_last_error (NULL: the status's
+ * own text); SBN_STATUS_INVALID_ARGUMENT, and no collective, for a NULL
+ * layer or a status that is not a failure. */
+SBN_API sbn_status sbn_bn_fail_call(sbn_bn *bn, int backward, sbn_status status, const char *message);
+
 /* Records of forwards, for a layer applied more than once before its
  * backward: the same module on two inputs (two views of a batch, as in
  * contrastive learning; a shared block), or a forward recomputed for

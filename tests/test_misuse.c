@@ -25,6 +25,8 @@ typedef enum scenario {
   SC_LAYER_C,       /* rank 0's layer has num_features 5, the others 4 */
   SC_OTHER_LAYER,   /* rank 2 calls its second layer, the others their first */
   SC_BACKWARD_DY,   /* rank 1's dy has another shape */
+  SC_FAIL_FORWARD,  /* rank 1's binding refuses its input: sbn_bn_fail_call, forward */
+  SC_FAIL_BACKWARD, /* rank 2's binding refuses its gradient: sbn_bn_fail_call, backward */
   SC_TIMEOUT,       /* rank 2 never calls forward */
   SC_COUNT_
 } scenario;
@@ -33,7 +35,9 @@ static const char *const names[] = {
     "1-D input on rank 1", "C = 0 on rank 2", "C != num_features on rank 0", "x NULL on rank 1",
     "x->data NULL on rank 2", "int64 dtype on rank 2", "unknown layout on rank 0",
     "y shape differs on rank 1", "global count 1", "layers with different C",
-    "ranks call different layers", "backward dy shape on rank 1", "rank 2 never arrives"};
+    "ranks call different layers", "backward dy shape on rank 1", "sbn_bn_fail_call forward on rank 1",
+    "sbn_bn_fail_call backward on rank 2", "rank 2 never arrives"};
+static const char fail_msg[] = "binding: a float32 input to a float16 module";
 
 typedef struct result {
   sbn_status st;
@@ -94,7 +98,11 @@ static int rank_main(sbn_group *world, void *arg) {
     case SC_OTHER_LAYER: if (rank == 2) target = other; break;
     default: break;
   }
-  if (sc == SC_BACKWARD_DY) {
+  if (sc == SC_FAIL_FORWARD || sc == SC_FAIL_BACKWARD) {
+    const int backward = sc == SC_FAIL_BACKWARD, failing = backward ? 2 : 1;
+    if (rank == failing) res->st = sbn_bn_fail_call(bn, backward, SBN_STATUS_UNSUPPORTED, fail_msg);
+    else res->st = backward ? sbn_bn_backward(bn, &dx, &dy, &x) : sbn_bn_forward(bn, &y, &x);
+  } else if (sc == SC_BACKWARD_DY) {
     sbn_tensor bdy = dy;
     if (rank == 1) bdy.shape[3] = 1;
     res->st = sbn_bn_backward(bn, &dx, &bdy, &x);
@@ -124,7 +132,7 @@ static int local_checks(void) {
   int bad = 0;
   sbn_bn *bn = NULL;
   sbn_bn_options o = sbn_bn_options_default(3);
-  struct { const char *what; sbn_status want; sbn_status got; } cases[24];
+  struct { const char *what; sbn_status want; sbn_status got; } cases[32];
   int n = 0;
 #define CASE(what_, want_, expr_) cases[n++] = (typeof(cases[0])){what_, want_, (expr_)}
   o.eps = -1e-5;
@@ -157,6 +165,12 @@ static int local_checks(void) {
   xo.data = xs + 1; /* y overlapping x partially */
   CASE("y partially overlapping x", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_forward(bn, &xo, &x));
   CASE("NULL layer", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_forward(NULL, &x, &x));
+  CASE("fail_call without a group", SBN_STATUS_IO_ERROR, sbn_bn_fail_call(bn, 0, SBN_STATUS_IO_ERROR, "no file"));
+  const int told = !strcmp(sbn_last_error(), "no file");
+  CASE("... its message kept", SBN_STATUS_OK, told ? SBN_STATUS_OK : SBN_STATUS_INTERNAL);
+  CASE("fail_call with status OK", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_fail_call(bn, 1, SBN_STATUS_OK, "x"));
+  CASE("fail_call with status 99", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_fail_call(bn, 1, (sbn_status)99, "x"));
+  CASE("fail_call of a NULL layer", SBN_STATUS_INVALID_ARGUMENT, sbn_bn_fail_call(NULL, 0, SBN_STATUS_IO_ERROR, "x"));
   sbn_bn_destroy(bn);
   sbn_team *team;
   CASE("team of 0 ranks", SBN_STATUS_INVALID_ARGUMENT, sbn_team_create(&team, 0));
@@ -253,6 +267,12 @@ int main(void) {
                      : res->st == SBN_STATUS_TIMEOUT && strstr(res->msg, "rank(s) 2") != NULL;
       if (current == SC_LAYER_C || current == SC_OTHER_LAYER) ok &= res->st == SBN_STATUS_MISMATCH;
       if (current == SC_COUNT_ONE) ok &= strstr(res->msg, "more than 1 value") != NULL;
+      if (current == SC_FAIL_FORWARD || current == SC_FAIL_BACKWARD) {
+        const int failing = current == SC_FAIL_BACKWARD ? 2 : 1;
+        ok &= r == failing ? res->st == SBN_STATUS_UNSUPPORTED && !strcmp(res->msg, fail_msg)
+                           : res->st == SBN_STATUS_PEER_FAILED && strstr(res->msg, fail_msg) &&
+                                 strstr(res->msg, failing == 1 ? "rank 1" : "rank 2");
+      }
       printf("  rank %d: %-26s %s%s%s\n         %s\n", r, sbn_status_name(res->st),
              res->state_changed ? "STATE CHANGED " : "", res->after_ok == 0 ? "GROUP UNUSABLE " : "",
              ok ? "ok" : "FAIL", res->msg);

@@ -5,11 +5,11 @@ on first use and kept while the process group lives (held weakly, so that
 dist.destroy_process_group frees it). Its callbacks run on the
 thread that called the library (the autograd thread in backward), with the
 GIL taken by ctypes, and call torch.distributed.all_reduce / broadcast /
-barrier on that process group over tensors that alias the library's host
-buffers (no copies). An exception inside a callback becomes a non-zero
-return code (with its text as the library's message), i.e.
-SBN_STATUS_BACKEND_ERROR, and is chained to the SyncBNError raised to the
-caller. Timeouts are torch.distributed's: the `timeout` given to
+barrier on that process group over copies of the library's host buffers
+(O(C) bytes; _host_copy says why not aliases). An exception inside a
+callback becomes a non-zero return code (with its text as the library's
+message), i.e. SBN_STATUS_BACKEND_ERROR, and is chained to the SyncBNError
+raised to the caller. Timeouts are torch.distributed's: the `timeout` given to
 init_process_group / new_group.
 
 The library hands these callbacks host buffers (a CUDA layer stages its
@@ -31,10 +31,29 @@ _TORCH_DTYPES = {_lib.DTYPE_FLOAT32: torch.float32, _lib.DTYPE_FLOAT64: torch.fl
 
 
 def _host_tensor(address, count, dtype):
-    """A torch tensor aliasing `count` values at a host address."""
+    """A torch tensor aliasing `count` values at a host address (the layer's
+    state, seen by the module)."""
     nbytes = count * torch.tensor([], dtype=dtype).element_size()
     buf = (ctypes.c_byte * nbytes).from_address(address)
     return torch.frombuffer(buf, dtype=dtype, count=count)
+
+
+def _host_copy(address, count, dtype):
+    """A new torch tensor holding `count` values copied from a host address.
+
+    Not an alias of the library's buffer (torch.frombuffer): such a tensor's
+    storage holds a Python object, and a gloo worker thread drops its last
+    collective's tensors when it gets to it, at interpreter exit too, after
+    Python has finalized: std::terminate, a SIGABRT at exit in processes
+    that did not call dist.destroy_process_group. A tensor torch allocated is
+    freed without the interpreter. The copies are O(C) bytes a call."""
+    t = torch.empty(count, dtype=dtype)
+    ctypes.memmove(t.data_ptr(), address, count * t.element_size())
+    return t
+
+
+def _copy_back(address, t):
+    ctypes.memmove(address, t.data_ptr(), t.numel() * t.element_size())
 
 
 def _callback(ref, name):
@@ -108,13 +127,14 @@ class TorchGroup:
                 raise ValueError("all-reduce of dtype %d is not supported" % dtype)
             self.calls += 1
             if count:
-                t = _host_tensor(buf, count, _TORCH_DTYPES[dtype])
+                t = _host_copy(buf, count, _TORCH_DTYPES[dtype])
                 if self.staged:
                     d = t.to(self._gpu())
                     dist.all_reduce(d, group=self.pg)
                     t.copy_(d)  # waits for the collective
                 else:
                     dist.all_reduce(t, group=self.pg)
+                _copy_back(buf, t)
             return 0
         except BaseException as e:  # never let an exception cross the C frames
             return self._fail(e)
@@ -124,11 +144,12 @@ class TorchGroup:
             self._check_host(device, stream)
             self.calls += 1
             if nbytes:
-                t = _host_tensor(buf, nbytes, torch.uint8)
+                t = _host_copy(buf, nbytes, torch.uint8)
                 d = t.to(self._gpu()) if self.staged else t
                 dist.broadcast(d, src=self.global_ranks[root], group=self.pg)
                 if self.staged:
                     t.copy_(d)
+                _copy_back(buf, t)
             return 0
         except BaseException as e:
             return self._fail(e)

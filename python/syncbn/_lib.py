@@ -14,7 +14,7 @@ import os
 DTYPE_FLOAT32, DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT64, DTYPE_INT64 = range(5)
 LAYOUT_CHANNELS_FIRST, LAYOUT_CHANNELS_LAST = 0, 1
 DEVICE_CPU, DEVICE_CUDA = 0, 1
-STATUS_INVALID_ARGUMENT, STATUS_INTERNAL = 1, 13
+STATUS_INVALID_ARGUMENT, STATUS_OUT_OF_MEMORY, STATUS_INTERNAL = 1, 10, 13
 MOMENTUM_CUMULATIVE = -1.0
 MAX_DIMS = 5
 CUSTOM_OPS_VERSION = 1
@@ -110,6 +110,7 @@ _SIGNATURES = {
     "sbn_bn_backward": (_S, [_P, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor),
                              ctypes.POINTER(Tensor)]),
     "sbn_bn_zero_grad": (_S, [_P]),
+    "sbn_bn_fail_call": (_S, [_P, ctypes.c_int, ctypes.c_int, ctypes.c_char_p]),
     "sbn_bn_record_create": (_S, [ctypes.POINTER(_P), _P]),
     "sbn_bn_record_destroy": (_S, [_P]),
     "sbn_bn_save_forward": (_S, [_P, _P]),
@@ -144,11 +145,17 @@ class SyncBNValueError(SyncBNError, ValueError):
     value per channel in training), so code written against PyTorch catches it."""
 
 
+def error(status, message):
+    """The exception for a failure status: SyncBNValueError for
+    SBN_STATUS_INVALID_ARGUMENT, else SyncBNError."""
+    cls = SyncBNValueError if status == STATUS_INVALID_ARGUMENT else SyncBNError
+    return cls(status, message)
+
+
 def check(status, cause=None):
     """Raise SyncBNError for a non-OK status (message from sbn_last_error)."""
     if status != 0:
-        cls = SyncBNValueError if lib.sbn_status_name(status) == b"SBN_STATUS_INVALID_ARGUMENT" else SyncBNError
-        err = cls(status, lib.sbn_last_error().decode(errors="replace"))
+        err = error(status, lib.sbn_last_error().decode(errors="replace"))
         if cause is not None:
             raise err from cause
         raise err

@@ -383,6 +383,25 @@ def _push_nbt(layer, nbt):
     layer.nbt_seen = (nbt, nbt._version)
 
 
+def _tell_peers(layer, backward, exc):
+    """This rank's call fails before it reaches the library (a check of ours,
+    or torch, refused its input): the layer still joins the collective the
+    call would have made, carrying the failure (sbn_bn_fail_call), so the
+    other ranks' calls raise SBN_STATUS_PEER_FAILED naming this rank instead
+    of waiting for it, or pairing with its next call. The caller then raises
+    exc. Without a group (or in eval) nothing is sent."""
+    if layer is None or layer.group is None:
+        return
+    if not backward and layer.training is not True:  # a layer made by this call
+        if _lib.lib.sbn_bn_set_training(layer.handle, 1) != 0:
+            return
+        layer.training = True
+    code = exc.code if isinstance(exc, SyncBNError) else \
+        _lib.STATUS_OUT_OF_MEMORY if isinstance(exc, MemoryError) else _lib.STATUS_INVALID_ARGUMENT
+    text = exc.detail if isinstance(exc, SyncBNError) else "%s: %s" % (type(exc).__name__, exc)
+    _lib.lib.sbn_bn_fail_call(layer.handle, int(backward), code, text.encode(errors="replace")[:1000])
+
+
 def _state(module, name):
     """The module's parameter or buffer `name` (None if it has none), looked up
     as PyTorch's BatchNorm.forward looks it up: as an attribute. Tools that
@@ -500,20 +519,24 @@ class _Function(torch.autograd.Function):
         """running: the module's (running_mean, running_var) this call uses
         (SyncBatchNorm._running), or (None, None)."""
         x_in = x  # saved: under create_graph, x's own graph (_first_order_only)
-        fmt = _memory_format(x)  # PyTorch's for the output; the library works in its order
-        layout, x = _layout(fmt), _dense(x, fmt)
-        y = torch.empty_like(x, memory_format=fmt) if x.numel() else _empty_output(x, weight, bias)
         v = layer.views
         # (autograd runs a Function's forward with gradients off)
         track, training = layer.track, module.training
         rm, rv = running
         nbt = _state(module, "num_batches_tracked")
-        _load_state(layer, weight if module.affine else None, bias, rm, rv, training)
-        if track and nbt is not None:
-            _push_nbt(layer, nbt)
-        tx, ty = _desc(layer, X, x, layout), _desc(layer, Y, y, layout)
-        layer.keep_current()
-        layer.set_stream()
+        try:
+            fmt = _memory_format(x)  # PyTorch's for the output; the library works in its order
+            layout, x = _layout(fmt), _dense(x, fmt)
+            y = torch.empty_like(x, memory_format=fmt) if x.numel() else _empty_output(x, weight, bias)
+            _load_state(layer, weight if module.affine else None, bias, rm, rv, training)
+            if track and nbt is not None:
+                _push_nbt(layer, nbt)
+            tx, ty = _desc(layer, X, x, layout), _desc(layer, Y, y, layout)
+            layer.keep_current()
+            layer.set_stream()
+        except Exception as e:
+            _tell_peers(layer, False, e)
+            raise
         layer.check(_lib.lib.sbn_bn_forward(layer.handle, ctypes.byref(ty), ctypes.byref(tx)))
         ctx.forward = _Forward(layer, ctx)
         layer.current = weakref.ref(ctx.forward)
@@ -555,26 +578,30 @@ class _Function(torch.autograd.Function):
     @staticmethod
     @_first_order_only
     def backward(ctx, dy):
-        x, weight, bias = ctx.saved_tensors
-        fmt, layout = ctx.format, _layout(ctx.format)
-        dx_format = _grad_format(x, dy)  # PyTorch's for dx, from the caller's tensors
-        dy = dy.to(x.dtype)
-        x = _dense(x, fmt)  # x itself unless forward made a dense copy
         layer = ctx.layer
-        _make_current(ctx, layer, weight, bias)
-        need_dx = ctx.needs_input_grad[0]
-        if need_dx and x.numel() == 0:  # PyTorch: dy times a scalar, dy's strides
-            dx, dx_out = (torch.empty_like(dy),) * 2
-        elif need_dx:
-            dx, dx_out = _new_like(x, fmt, dx_format)
-        else:
-            dx = dx_out = None
-        dy = _dense(dy, fmt)
-        tx, tdy = _desc(layer, X, x, layout), _desc(layer, Y, dy, layout)
-        tdx = _desc(layer, DX, dx, layout) if need_dx else None
-        layer.set_stream()
-        if ctx.affine:
-            layer.check(_lib.lib.sbn_bn_zero_grad(layer.handle))
+        try:
+            x, weight, bias = ctx.saved_tensors
+            fmt, layout = ctx.format, _layout(ctx.format)
+            dx_format = _grad_format(x, dy)  # PyTorch's for dx, from the caller's tensors
+            dy = dy.to(x.dtype)
+            x = _dense(x, fmt)  # x itself unless forward made a dense copy
+            _make_current(ctx, layer, weight, bias)
+            need_dx = ctx.needs_input_grad[0]
+            if need_dx and x.numel() == 0:  # PyTorch: dy times a scalar, dy's strides
+                dx, dx_out = (torch.empty_like(dy),) * 2
+            elif need_dx:
+                dx, dx_out = _new_like(x, fmt, dx_format)
+            else:
+                dx = dx_out = None
+            dy = _dense(dy, fmt)
+            tx, tdy = _desc(layer, X, x, layout), _desc(layer, Y, dy, layout)
+            tdx = _desc(layer, DX, dx, layout) if need_dx else None
+            layer.set_stream()
+            if ctx.affine:
+                layer.check(_lib.lib.sbn_bn_zero_grad(layer.handle))
+        except Exception as e:
+            _tell_peers(layer, True, e)
+            raise
         layer.check(_lib.lib.sbn_bn_backward(layer.handle,
                                              ctypes.byref(tdx) if need_dx else None,
                                              ctypes.byref(tdy), ctypes.byref(tx)))
@@ -749,14 +776,40 @@ class SyncBatchNorm(_BatchNorm):
             return _BatchNorm.forward(self, input)
         if input.dim() > _lib.MAX_DIMS:
             return self._folded_forward(input)
-        self._check_devices(input)
         device = _device_of(input)
-        if device[0] == _lib.DEVICE_CPU:
-            _sync_threads()
         group = self._sync_group()
         batch_stats, rm, rv = self._running()
-        if (rm is None) != (rv is None) or (batch_stats and self.eps <= 0):
-            _as_torch_would(input, rm, rv, batch_stats, self.eps)  # raises what it raises
+        state_dtype = self._state_dtype(input)
+        track = rm is not None or rv is not None
+        try:
+            self._check_devices(input)
+            if (rm is None) != (rv is None) or (batch_stats and self.eps <= 0):
+                _as_torch_would(input, rm, rv, batch_stats, self.eps)  # raises what it raises
+            if state_dtype in (torch.bfloat16, torch.float16) and input.dtype != state_dtype:
+                raise _lib.error(_lib.STATUS_INVALID_ARGUMENT,
+                                 "syncbn.torch.SyncBatchNorm: the input is %s but the module's "
+                                 "parameters and buffers are %s; a 16-bit module takes inputs of its "
+                                 "own dtype (convert the input, or the module with module.float())"
+                                 % (input.dtype, state_dtype))
+            _check_no_tangents(input, _state(self, "weight"), _state(self, "bias"))
+            if batch_stats and not self.eps >= 0 and group is not None:
+                raise _lib.error(_lib.STATUS_INVALID_ARGUMENT,
+                                 "syncbn.torch.SyncBatchNorm: eps = %r; synchronized training takes "
+                                 "eps >= 0 (PyTorch's BatchNorm, in one process, normalizes with "
+                                 "var + eps)" % self.eps)
+        except Exception as e:
+            if group is not None:  # the peers' calls fail too, instead of waiting for this one
+                try:
+                    layer = self._layer(group, device, self._param_dtype(state_dtype), track)
+                except SyncBNError:
+                    layer = None  # (eps < 0: every rank's module refuses it alike)
+                _tell_peers(layer, False, e)
+            raise
+        if device[0] == _lib.DEVICE_CPU:
+            _sync_threads()
+        if batch_stats and not self.eps >= 0 and group is None:
+            # The library refuses eps < 0; PyTorch normalizes with var + eps.
+            return _BatchNorm.forward(self, input)
         if (group is None and input.numel() == 0 and input.dim() >= 2 and
                 input.shape[1] == self.num_features and batch_stats):
             # An empty batch normalized by its own statistics: PyTorch returns an
@@ -784,13 +837,6 @@ class SyncBatchNorm(_BatchNorm):
             # Evaluation with running statistics does not communicate; the library
             # refuses eps < 0, PyTorch normalizes with rv + eps.
             return self._plain_eval(input)
-        state_dtype = self._state_dtype(input)
-        if state_dtype in (torch.bfloat16, torch.float16) and input.dtype != state_dtype:
-            raise SyncBNError(_lib.STATUS_INVALID_ARGUMENT,
-                              "syncbn.torch.SyncBatchNorm: the input is %s but the module's parameters "
-                              "and buffers are %s; a 16-bit module takes inputs of its own dtype "
-                              "(convert the input, or the module with module.float())"
-                              % (input.dtype, state_dtype))
         weight, bias = self.weight, self.bias
         if self.affine and (weight is None or bias is None):
             # Set to None after construction: F.batch_norm scales by 1, shifts by 0.
@@ -799,8 +845,7 @@ class SyncBatchNorm(_BatchNorm):
                 weight = torch.ones(self.num_features, **like)
             if bias is None:
                 bias = torch.zeros(self.num_features, **like)
-        _check_no_tangents(input, weight, bias)
-        layer = self._layer(group, device, self._param_dtype(state_dtype), rm is not None or rv is not None)
+        layer = self._layer(group, device, self._param_dtype(state_dtype), track)
         try:
             return _Function.apply(input, weight, bias, self, layer, (rm, rv))
         except SyncBNError as e:

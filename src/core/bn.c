@@ -338,6 +338,24 @@ sbn_status sbn_bn_backward(sbn_bn *bn, sbn_tensor *dx, const sbn_tensor *dy, con
   return st;
 }
 
+sbn_status sbn_bn_fail_call(sbn_bn *bn, int backward, sbn_status status, const char *message) {
+  static const char call[] = "sbn_bn_fail_call";
+  sbn_clear_error();
+  if (!bn) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: layer is NULL", call);
+  if (status <= SBN_STATUS_OK || status >= SBN_STATUS_COUNT_)
+    return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: status %d is not a failure", call, (int)status);
+  char msg[1024]; /* a copy: message may be sbn_last_error(), which the collective rewrites */
+  snprintf(msg, sizeof msg, "%s", message ? message : sbn_status_string(status));
+  sbn_fail(status, "%s", msg);
+  const int64_t C = bn->opt.num_features;
+  /* the collective the call would have joined, as forward / backward decide it */
+  if (!backward && bn->training && bn->group)
+    sync_sums(bn, SBN_SIG_KIND_BN_FORWARD, (size_t)(2 * C + 1), SBN_DTYPE_FLOAT32, status, 0);
+  else if (backward && bn->saved && bn->saved_serial)
+    sync_sums(bn, SBN_SIG_KIND_BN_BACKWARD, (size_t)(2 * C), SBN_DTYPE_FLOAT32, status, bn->saved_serial);
+  return sbn_fail(status, "%s", msg); /* the whole message (the peers get it shortened) */
+}
+
 sbn_status sbn_bn_record_create(sbn_bn_record **out, const sbn_bn *bn) {
   static const char call[] = "sbn_bn_record_create";
   sbn_clear_error();

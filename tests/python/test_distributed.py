@@ -18,7 +18,9 @@ with torch.multiprocessing and a file:// rendezvous (no torchrun):
  - a rank whose layer has a different C: every process raises
    SBN_STATUS_MISMATCH (no hang); a rank's bad input: its own error there,
    SBN_STATUS_PEER_FAILED elsewhere (also a float64 input to a float32
-   module on one rank); the group works afterwards;
+   module on one rank, and inputs the package itself refuses: float32 to a
+   float16 module, a meta tensor); the group works afterwards;
+ - processes that end without dist.destroy_process_group exit with 0;
  - one module applied to two batches before the backward (contrastive
    learning's two views, uneven and empty ranks): x gradients, the summed
    weight/bias gradients and the running statistics against PyTorch's
@@ -263,8 +265,24 @@ def misuse(rank, P):
         res["dtype"] = ("no error", "")
     except syncbn.SyncBNError as e:
         res["dtype"] = (e.status, str(e))
+    # Inputs refused by the package's own checks, before the library: the
+    # peers must fail too (sbn_bn_fail_call), not wait or pair with its next call.
+    h = sbn.SyncBatchNorm(4).half()
+    t0 = time.monotonic()
+    try:  # a float32 input to this float16 module on rank 0
+        h(torch.randn(3, 4, 2) if rank == 0 else torch.randn(3, 4, 2).half())
+        res["half"] = ("no error", "", False)
+    except syncbn.SyncBNError as e:
+        res["half"] = (e.status, str(e), isinstance(e, ValueError))
+    res["half_s"] = time.monotonic() - t0
+    try:  # a meta input (no data) to a module with data on the last rank
+        m(torch.empty(3, 4, 2, device="meta") if rank == P - 1 else torch.randn(3, 4, 2))
+        res["meta"] = ("no error", "")
+    except syncbn.SyncBNError as e:
+        res["meta"] = (e.status, str(e))
     try:
         m(torch.randn(3, 4, 2))
+        h(torch.randn(3, 4, 2).half())
         res["after"] = "ok"
     except syncbn.SyncBNError as e:
         res["after"] = str(e)
@@ -314,6 +332,41 @@ def worker(rank, P, init_file):
     gc.collect()
     out["pg_freed"] = world() is None
     return out
+
+
+def exit_child(rank, P, init_file):
+    """A script that trains with the layer and ends without
+    dist.destroy_process_group (PyTorch does not require it)."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=P,
+                            timeout=timedelta(seconds=60))
+    m = sbn.SyncBatchNorm(3)
+    for _ in range(5):
+        m(torch.randn(4, 3, 2, requires_grad=True)).sum().backward()
+
+
+def exit_without_destroy(P, trials):
+    """Every process exits with status 0 (the library's collectives once left
+    gloo holding tensors whose release needed the interpreter after it had
+    finalized: std::terminate, SIGABRT, in most runs)."""
+    import subprocess
+    import tempfile
+    codes = []
+    for _ in range(trials):
+        with tempfile.TemporaryDirectory() as d:
+            ps = [subprocess.Popen([sys.executable, __file__, "--exit-child", str(r), str(P), d + "/rdv"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                  for r in range(P)]
+            for p in ps:
+                try:
+                    out = p.communicate(timeout=TIMEOUT_S)[0]
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out = p.communicate()[0] + " (timed out)"
+                codes.append((p.returncode, out.strip().splitlines()[-1:] if out.strip() else []))
+    bad = [c for c in codes if c[0] != 0]
+    expect("%d processes ending without dist.destroy_process_group, %d runs: every exit status 0" % (P, trials),
+           not bad, str(bad[:2]))
 
 
 # ---------------------------------------------------------------- checks
@@ -443,6 +496,17 @@ def run(P):
     expect("  float64 input to a float32 module on rank %d: INVALID_ARGUMENT naming both there, PEER_FAILED elsewhere" % (P - 1),
            mm[P - 1]["dtype"][0] == "SBN_STATUS_INVALID_ARGUMENT" and "float64" in mm[P - 1]["dtype"][1] and
            "float32" in mm[P - 1]["dtype"][1] and all(m["dtype"][0] == "SBN_STATUS_PEER_FAILED" for m in mm[:-1]))
+    print("    rank 1 sees: %s" % mm[1]["half"][1])
+    expect("  float32 input to a float16 module on rank 0 (the package's check): a ValueError there, "
+           "PEER_FAILED elsewhere, within 10 s",
+           mm[0]["half"][0] == "SBN_STATUS_INVALID_ARGUMENT" and mm[0]["half"][2] and
+           all(m["half"][0] == "SBN_STATUS_PEER_FAILED" and "rank 0 failed" in m["half"][1] for m in mm[1:]) and
+           all(m["half_s"] < 10 for m in mm),
+           ", ".join("rank %d %s in %.2f s" % (r, m["half"][0], m["half_s"]) for r, m in enumerate(mm)))
+    expect("  meta input on rank %d (the package's check): its error there, PEER_FAILED elsewhere" % (P - 1),
+           mm[P - 1]["meta"][0] == "SBN_STATUS_INVALID_ARGUMENT" and "meta" in mm[P - 1]["meta"][1] and
+           all(m["meta"][0] == "SBN_STATUS_PEER_FAILED" for m in mm[:-1]),
+           ", ".join("rank %d %s" % (r, m["meta"][0]) for r, m in enumerate(mm)))
     expect("  the group works afterwards", all(m["after"] == "ok" for m in mm), str([m["after"] for m in mm]))
     expect("  every rank empty: success, running stats kept, the batch counted (as PyTorch's)",
            all(m["all_empty"] == "ok" for m in mm), str([m["all_empty"] for m in mm]))
@@ -472,6 +536,10 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     os.environ.setdefault("SYNCBN_NUM_THREADS", "1")
     print("syncbn %s from %s, torch %s" % (syncbn.__version__, syncbn.library_path, torch.__version__))
+    if sys.argv[1:2] == ["--exit-child"]:
+        exit_child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        sys.exit(0)
     for P in [int(a) for a in sys.argv[1:]] or [2, 3]:
         run(P)
+    exit_without_destroy(2, 6)
     finish("syncbn.torch distributed")

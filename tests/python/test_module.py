@@ -950,6 +950,20 @@ def pytorch_edges():
         m.eval()
     check("eps -0.5 in eval (PyTorch computes it): y vs nn.BatchNorm2d", rel_err(ours(xs[2]), ref(xs[2])), 1e-12)
 
+    # eps < 0 in training, one process: PyTorch normalizes with var + eps
+    # (finite here: every channel's variance is above 1), as plain BatchNorm.
+    ours, ref = pair(eps=-0.5)
+    err = 0.0
+    for x in xs:
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya, yb = ours(a), ref(b)
+        (ya * ya).sum().backward(), (yb * yb).sum().backward()
+        err = max(err, rel_err(ya, yb), rel_err(a.grad, b.grad), rel_err(ours.weight.grad, ref.weight.grad),
+                  rel_err(ours.running_var, ref.running_var))
+    check("eps -0.5 in training, one process: y, dx, grad_weight, running_var vs nn.BatchNorm2d", err, 1e-12)
+    expect("eps -0.5 in training: num_batches_tracked as PyTorch's",
+           int(ours.num_batches_tracked) == int(ref.num_batches_tracked) == len(xs))
+
     ours, ref = pair()
     for step in range(40):  # a momentum schedule, as BN-momentum schedulers do
         for m in (ours, ref):
@@ -968,8 +982,10 @@ def pytorch_edges():
                 msgs.append("no error")
             except RuntimeError as e:
                 msgs.append(str(e).splitlines()[0])
+                is_value_error = isinstance(e, ValueError)
         expect("float32 input to a %s module: refused, as by PyTorch" % str(dtype)[6:],
                msgs[1] != "no error" and "float32" in msgs[1] and str(dtype)[6:] in msgs[1], msgs[1])
+        expect("  ... with SyncBNValueError (a ValueError), as the README says", is_value_error)
 
     for shape in ((3, 3, 2, 1, 2, 3), (2, 3, 2, 1, 2, 2, 3), (0, 3, 2, 2, 2, 2)):
         # More than 5 dims: PyTorch's SyncBatchNorm (and F.batch_norm) take any from 2.
