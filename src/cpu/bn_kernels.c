@@ -29,8 +29,7 @@ enum {
   GRAB_ROWS = 1 << 20, /* ... and for the rows layout's reductions (see grain) */
   RL_ROUND = 16,     /* rows layout's reductions: units a thread takes per round, at least */
   PAR_MIN = 32768,   /* below this many values one thread is faster */
-  CF_MAJOR_BYTES = 1024, /* channels-first reductions image by image from maps this large ... */
-  CF_MAJOR_GRAIN = 16    /* ... channels a hand-out (see cf_major) */
+  CF_MAJOR_BYTES = 1024  /* channels-first reductions image by image from maps this large */
 };
 
 typedef enum pass_kind { PASS_REDUCE, PASS_ELEMWISE } pass_kind;
@@ -363,7 +362,8 @@ static int threads_for(const sbn_cpu_ws *ws, sbn_geom g) {
 
 /* Units per hand-out: about `grab` values, and at least 4 hand-outs per
  * thread so that a slow or preempted thread can be made up for. The units
- * and the order of the sums do not depend on it.
+ * and the order of the sums do not depend on it. (The channels-first
+ * reductions of whole maps take one share a thread instead: cf_grain.)
  *
  * The rows layout's reductions take larger hand-outs: each unit prefetches
  * the next one of its hand-out (kern_rows.inc), so a hand-out's first unit
@@ -476,19 +476,33 @@ static int prefetch_l1(void) {
 }
 
 /* The channels-first reductions, image by image: a hand-out of channels
- * reads each image's pieces of them in memory order (one stream of
- * CF_MAJOR_GRAIN pieces) instead of each channel's N pieces, a plane apart,
- * one after the other; each channel adds its images' pieces in the same
- * order with the same operations, so every sum keeps its bits
- * (test_cpu_sums_bits). For maps of 1 KiB and more in one chunk (smaller
- * ones, and the statistics of maps under 4 KiB: K(cf_image_major)); the
- * hand-outs of CF_MAJOR_GRAIN channels apply to both orders. Measured (AMD
+ * reads each image's pieces of them in memory order (one stream) instead
+ * of each channel's N pieces, a plane apart, one after the other; each
+ * channel adds its images' pieces in the same order with the same
+ * operations, so every sum keeps its bits (test_cpu_sums_bits). For maps
+ * of 1 KiB and more in one chunk (smaller ones, and the statistics of maps
+ * under 4 KiB: K(cf_image_major)); the hand-outs (cf_grain) apply to both
+ * orders. Measured (AMD
  * EPYC, 2 threads, out of cache, against a plain read loop timed beside it,
  * three runs of each build, BENCHMARKS.md), when memory was fast:
  * 8x256x56x56 statistics 0.58-0.60 -> 0.84-0.86 of it in float32,
  * 0.42-0.44 -> 0.63-0.69 in bfloat16, backward reduce 0.73-0.76 -> 0.94-1.00
  * and 0.61-0.65 -> 0.84-0.92; 8x512x28x28 backward reduce 0.74-0.81 ->
  * 0.91-0.94 (float32); the AVX2 level's backward reduce 1.10x. */
+/* Hand-outs of the channels-first reductions of whole maps (one chunk a
+ * channel): one even share of the channels per thread, so each image's run
+ * of a thread's channels is as long as it can be: every run starts a
+ * stream cold, and in smaller hand-outs (about 64K values, at least 4 a
+ * thread) the runs were 5-40 KiB. Measured (Intel Xeon, AVX-512, 2
+ * threads, out of cache, against a plain read loop timed beside each pass,
+ * two alternations, BENCHMARKS.md "Even hand-outs for the channels-first
+ * reductions"): statistics 1.05-1.32x faster on every ResNet-50 shape and
+ * dtype, backward reduce 0.98-1.17x; the same at the avx2 level on that
+ * machine (a matter of memory, not of the instruction set). The price is
+ * what 4 hand-outs a thread buy (grain): a thread preempted in its share
+ * is not made up for. The order of every sum is the same either way. */
+static int64_t cf_grain(int64_t units, int threads) { return (units + threads - 1) / threads; }
+
 static int cf_major(sbn_geom g, int64_t nck) {
   return !rows_layout(g) && nck == 1 && g.n > 1 && g.s * (int64_t)dtype_bytes(g.dtype) >= CF_MAJOR_BYTES &&
          __atomic_load_n(&cf_major_on, __ATOMIC_RELAXED);
@@ -509,15 +523,13 @@ static void run(sbn_cpu_ws *ws, sbn_kargs *k, sbn_geom g, int op, double *s1, do
   const int threads = threads_for(ws, g);
   sbn_kfn merge = kind == PASS_ELEMWISE ? NULL : rows_layout(g) ? merge_rows : merge_cf;
   k->cf_major = kind == PASS_REDUCE && cf_major(g, k->nck);
-  int64_t gr = kind == PASS_REDUCE && rows_layout(g) ? rows_grain(units, per_unit, threads)
-                                                      : grain(units, per_unit, threads, GRAB);
+  int64_t gr = kind == PASS_ELEMWISE  ? grain(units, per_unit, threads, GRAB)
+               : rows_layout(g)         ? rows_grain(units, per_unit, threads)
+               : k->nck == 1            ? cf_grain(units, threads)
+                                        : grain(units, per_unit, threads, GRAB);
   if (kind == PASS_REDUCE && rows_layout(g) && k->rg > 1) { /* whole groups of row blocks (cpu_kern.h) */
     const int64_t gu = k->rg * k->ncb;
     gr = gr < gu ? gu : gr / gu * gu;
-  }
-  if (k->cf_major && gr < CF_MAJOR_GRAIN) { /* hand-outs of CF_MAJOR_GRAIN channels, 4 a thread at least */
-    const int64_t cap = units / (4 * (int64_t)threads);
-    gr = CF_MAJOR_GRAIN < cap ? CF_MAJOR_GRAIN : cap > 0 ? cap : 1;
   }
   sbn_cpu_parallel_for(threads, units, gr, kernel(g, op), k, merge, g.c);
 }
