@@ -96,8 +96,11 @@ SBN_API const char *sbn_status_string(sbn_status status);
 SBN_API const char *sbn_status_name(sbn_status status);
 /* Detail of the most recent failure on the calling thread ("" if none).
  * Calls clear it when they start, except the destroy/free functions, which
- * never touch it, so cleanup can follow a failure without losing its
- * message. Valid until the next syncbn call on this thread. */
+ * leave it as it is when they succeed, so cleanup can follow a failure
+ * without losing its message (a destroy that is refused, e.g. a group
+ * destroyed twice, or a module that is another's child, returns its own
+ * status and says why here). Valid until the next syncbn call on this
+ * thread. */
 SBN_API const char *sbn_last_error(void);
 /* Runtime version, same encoding as SYNCBN_VERSION. */
 SBN_API int sbn_version(void);
