@@ -55,9 +55,13 @@ typedef struct sbn_dp_options {
 
 SBN_API sbn_dp_options sbn_dp_options_default(void);
 
-/* Wrap `model` (a root) for data-parallel training over `group` with the
- * given optimizers (kept, not owned; they step in sbn_dp_step). Collective:
- * every rank of the group calls it with the same architecture. */
+/* Wrap `model` (a root: a module's child is SBN_STATUS_INVALID_ARGUMENT)
+ * for data-parallel training over `group` with the given optimizers (kept,
+ * not owned; they step in sbn_dp_step). Collective: every rank of the group
+ * calls it with the same architecture, the same parameters requiring
+ * gradients and the same options.reduce and bucket_bytes (else
+ * SBN_STATUS_MISMATCH on the rank that differs from rank 0, PEER_FAILED on
+ * the others, nothing changed). */
 SBN_API sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optimizers,
                                int num_optimizers, sbn_dp_algorithm algorithm, sbn_group *group,
                                const sbn_dp_options *options);
@@ -66,7 +70,10 @@ SBN_API sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *cons
 SBN_API sbn_status sbn_dp_forward(sbn_dp *dp, sbn_tensor *y, const sbn_tensor *x);
 /* The model's backward and the gradient all-reduce (collective). dx may be
  * NULL; else *dx becomes a view, as sbn_module_backward's. On return every
- * rank holds the same reduced gradients.
+ * rank holds the same reduced gradients. Gradients accumulate as in
+ * PyTorch: several backwards before a step (micro-batches) give the sum of
+ * each one's reduced gradients (only what a backward computes is
+ * all-reduced, never what the parameters held before it).
  * Its preconditions (a successful forward to differentiate, a dy of the
  * forward output's shape)
  * are agreed on first: a rank that misses one gets SBN_STATUS_BAD_STATE or

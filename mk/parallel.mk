@@ -14,7 +14,8 @@ $(DP_TEST): tests/dp/test_dp_equivalence.c tools/train/model.c $(SBN_STATIC)
 DP_WRAP_TEST := $(BUILD)/tests/dp/test_dp_wrap
 DP_FAULT_TEST := $(BUILD)/tests/dp/test_dp_wrap_faults
 DP_MISMATCH_TEST := $(BUILD)/tests/dp/test_dp_wrap_mismatch
-DP_MODEL_TESTS := $(DP_WRAP_TEST) $(DP_FAULT_TEST) $(DP_MISMATCH_TEST)
+DP_ACCUM_TEST := $(BUILD)/tests/dp/test_dp_accumulation
+DP_MODEL_TESTS := $(DP_WRAP_TEST) $(DP_FAULT_TEST) $(DP_MISMATCH_TEST) $(DP_ACCUM_TEST)
 all: $(DP_MODEL_TESTS)
 $(DP_MODEL_TESTS): $(BUILD)/tests/dp/%: tests/dp/%.c tools/train/model.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
@@ -25,7 +26,7 @@ $(DP_LOCAL_FAILURE_TEST): tests/dp/test_dp_local_failure.c $(SBN_STATIC)
 	@mkdir -p $(dir $@)
 	$(SBN_LD) $(DP_TEST_CFLAGS) -o $@ $< $(SBN_STATIC_LINK)
 EXTRA_TEST_CMDS += 'cmd:$(DP_TEST) 2' 'cmd:$(DP_TEST) 4' 'cmd:$(DP_WRAP_TEST)' 'cmd:$(DP_FAULT_TEST)' \
-	'cmd:$(DP_MISMATCH_TEST)' 'cmd:$(DP_LOCAL_FAILURE_TEST)'
+	'cmd:$(DP_MISMATCH_TEST)' 'cmd:$(DP_ACCUM_TEST)' 'cmd:$(DP_LOCAL_FAILURE_TEST)'
 ifneq ($(strip $(MPICC)),)
 EXTRA_TEST_CMDS += 'cmd:tests/dp/run_mpi_dp.sh $(DP_TEST)' 'cmd:tests/dp/run_mpi_dp.sh $(DP_LOCAL_FAILURE_TEST)'
 endif

@@ -30,6 +30,9 @@ struct sbn_dp {
   int64_t steps;
   int backward_failed;    /* the last sbn_dp_backward failed: sbn_dp_step is refused */
   double *agree_flags;    /* P doubles: backward's agreement on its preconditions */
+  float *earlier;         /* gradients accumulated before this backward (params order) */
+  int64_t earlier_cap;    /* floats held by `earlier` (grown once, at the first accumulation) */
+  unsigned char *had_earlier; /* per parameter: its gradient was not zero before this backward */
 };
 
 sbn_dp_fault sbn_dp_test_fault = SBN_DP_FAULT_NONE;
@@ -135,7 +138,20 @@ static sbn_status agree(sbn_group *g, sbn_status local, const char *what) { retu
 typedef struct {
   uint64_t name_hash;
   int64_t numel, dtype;
+  int64_t reduced; /* a parameter whose gradient backward all-reduces (requires_grad) */
 } entry_desc;
+
+/* The entry of the list that stands for the options every rank must share:
+ * how gradients are combined and bucketed (a rank that sums where another
+ * averages, or cuts its buckets elsewhere, would hold other "reduced"
+ * gradients, or mix parameters of equal size). */
+static entry_desc options_desc(const sbn_dp_options *o) {
+  return (entry_desc){0, (int64_t)o->reduce, (int64_t)o->bucket_bytes, 0};
+}
+
+static int reduced_entry(const sbn_dp_options *o, const sbn_nn_entry *e) {
+  return e->kind == SBN_NN_ENTRY_KIND_PARAMETER && e->requires_grad && e->grad && !ignored(o, e->name);
+}
 
 static uint64_t name_hash(const char *s) { /* FNV-1a */
   uint64_t h = 1469598103934665603ull;
@@ -144,21 +160,25 @@ static uint64_t name_hash(const char *s) { /* FNV-1a */
 }
 
 /* Before rank 0's state overwrites anyone's: do all ranks hold the same
- * entries (names, sizes, dtypes)? Rank 0's list goes to all (two
- * broadcasts: its length, then the list), each rank compares its own, and
- * one agreement lets every rank fail together, naming the first entry that
- * differs on the rank that differs, before any state has moved. */
+ * entries (names, sizes, dtypes, which parameters are reduced) and options
+ * (reduce mode, bucket size)? Rank 0's list goes to all (two broadcasts:
+ * its length, then the list), each rank compares its own, and one
+ * agreement lets every rank fail together, naming the first entry that
+ * differs on the rank that differs, before any state has moved. The list's
+ * first element is the options (options_desc). */
 static sbn_status same_entries(sbn_group *g, const sbn_dp *dp, const sbn_nn_entry *entries, int nentries) {
   static const char call[] = "sbn_dp_wrap";
-  int n = 0;
+  int n = 1;
   for (int i = 0; i < nentries; i++) n += !ignored(&dp->opt, entries[i].name);
   entry_desc *mine = calloc((size_t)n + 1, sizeof *mine);
   if (!mine) return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   const sbn_nn_entry **which = calloc((size_t)n + 1, sizeof *which);
-  int k = 0;
+  int k = 1;
+  mine[0] = options_desc(&dp->opt);
   for (int i = 0; which && i < nentries; i++)
     if (!ignored(&dp->opt, entries[i].name))
-      which[k] = &entries[i], mine[k++] = (entry_desc){name_hash(entries[i].name), entries[i].numel, entries[i].dtype};
+      which[k] = &entries[i], mine[k++] = (entry_desc){name_hash(entries[i].name), entries[i].numel,
+                                                       entries[i].dtype, reduced_entry(&dp->opt, &entries[i])};
   int64_t n0 = n;
   sbn_status st = which ? sbn_group_broadcast(g, &n0, sizeof n0, 0)
                         : sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
@@ -172,19 +192,32 @@ static sbn_status same_entries(sbn_group *g, const sbn_dp *dp, const sbn_nn_entr
                              theirs ? sizeof *theirs * (size_t)n0 : 0, 0);
     if (st == SBN_STATUS_OK && !theirs) st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   }
+  if (st == SBN_STATUS_OK && n0 >= 1 && (mine[0].numel != theirs[0].numel || mine[0].dtype != theirs[0].dtype))
+    st = sbn_fail(SBN_STATUS_MISMATCH,
+                  "%s: this rank's options differ from rank 0's: reduce %s, bucket_bytes %lld here; reduce %s, "
+                  "bucket_bytes %lld on rank 0",
+                  call, mine[0].numel == SBN_DP_REDUCE_SUM ? "SUM" : "AVERAGE", (long long)mine[0].dtype,
+                  theirs[0].numel == SBN_DP_REDUCE_SUM ? "SUM" : "AVERAGE", (long long)theirs[0].dtype);
   if (st == SBN_STATUS_OK) {
-    for (int i = 0; i < n && i < n0 && st == SBN_STATUS_OK; i++)
+    for (int i = 1; i < n && i < n0 && st == SBN_STATUS_OK; i++)
       if (mine[i].name_hash != theirs[i].name_hash || mine[i].numel != theirs[i].numel ||
           mine[i].dtype != theirs[i].dtype)
         st = sbn_fail(SBN_STATUS_MISMATCH,
                       "%s: this rank's model differs from rank 0's at state entry #%d: '%s' holds %lld %s "
                       "values, rank 0's entry #%d %lld %s values%s",
-                      call, i, which[i]->name, (long long)mine[i].numel, sbn_dtype_name((sbn_dtype)mine[i].dtype),
-                      i, (long long)theirs[i].numel, sbn_dtype_name((sbn_dtype)theirs[i].dtype),
+                      call, i - 1, which[i]->name, (long long)mine[i].numel,
+                      sbn_dtype_name((sbn_dtype)mine[i].dtype), i - 1, (long long)theirs[i].numel,
+                      sbn_dtype_name((sbn_dtype)theirs[i].dtype),
                       mine[i].name_hash != theirs[i].name_hash ? " under another name" : "");
+      else if (mine[i].reduced != theirs[i].reduced)
+        st = sbn_fail(SBN_STATUS_MISMATCH,
+                      "%s: parameter '%s' %s its gradient reduced on this rank but %s on rank 0 (requires_grad "
+                      "must be the same on every rank)",
+                      call, which[i]->name, mine[i].reduced ? "has" : "does not have",
+                      theirs[i].reduced ? "has" : "not");
     if (st == SBN_STATUS_OK && n != n0)
-      st = sbn_fail(SBN_STATUS_MISMATCH, "%s: this rank's model has %d state entries, rank 0's %lld%s%s%s", call, n,
-                    (long long)n0, n > n0 ? " (the first extra: '" : "", n > n0 ? which[n0]->name : "",
+      st = sbn_fail(SBN_STATUS_MISMATCH, "%s: this rank's model has %d state entries, rank 0's %lld%s%s%s", call,
+                    n - 1, (long long)n0 - 1, n > n0 ? " (the first extra: '" : "", n > n0 ? which[n0]->name : "",
                     n > n0 ? "')" : "");
   }
   free(theirs), free(which), free(mine);
@@ -197,6 +230,7 @@ static void dp_free(sbn_dp *dp) {
   sbn_group_destroy(dp->comm_group);
   sbn_buckets_free(dp->buckets, dp->nbuckets);
   free(dp->params), free(dp->child_index), free(dp->optimizers), free(dp->agree_flags);
+  free(dp->earlier), free(dp->had_earlier);
   free(dp);
 }
 
@@ -241,8 +275,11 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
                   null_optimizer(optimizers, num_optimizers));
   else if (algorithm != SBN_DP_ALGORITHM_GRADIENT_ALLREDUCE)
     st = sbn_fail(SBN_STATUS_UNSUPPORTED, "%s: unknown algorithm %d", call, (int)algorithm);
-  else if (sbn_module_is_wrapped(model) == 1)
-    st = sbn_fail(SBN_STATUS_BAD_STATE, "%s: the model is already wrapped", call);
+  else if (sbn_nn_has_parent(model))
+    st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: the model is a child of another module; wrap its root", call);
+  else if (sbn_module_is_wrapped(model) == 1 || sbn_nn_wrapped_below(model))
+    st = sbn_fail(SBN_STATUS_BAD_STATE, "%s: the model %s already wrapped", call,
+                  sbn_module_is_wrapped(model) == 1 ? "is" : "holds a module");
   else if (options && options->reduce != SBN_DP_REDUCE_AVERAGE && options->reduce != SBN_DP_REDUCE_SUM)
     st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: unknown reduce mode %d", call, (int)options->reduce);
   else if (options && (options->num_params_to_ignore < 0 ||
@@ -269,7 +306,8 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
     dp->params = calloc((size_t)(nentries + 1), sizeof *dp->params);
     dp->child_index = calloc((size_t)(nentries + 1), sizeof *dp->child_index);
     dp->agree_flags = calloc((size_t)sbn_group_size(group), sizeof *dp->agree_flags);
-    if (!dp->params || !dp->child_index || !dp->agree_flags)
+    dp->had_earlier = calloc((size_t)(nentries + 1), 1);
+    if (!dp->params || !dp->child_index || !dp->agree_flags || !dp->had_earlier)
       st = sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   }
   if (st == SBN_STATUS_OK) st = ignore_list_known(&dp->opt, entries, nentries, call);
@@ -285,8 +323,7 @@ sbn_status sbn_dp_wrap(sbn_dp **out, sbn_module *model, sbn_nn_sgd *const *optim
   /* Reduced parameters in backward order: reverse of registration. */
   for (int i = nentries - 1; st == SBN_STATUS_OK && i >= 0; i--) {
     const sbn_nn_entry *e = &entries[i];
-    if (e->kind != SBN_NN_ENTRY_KIND_PARAMETER || !e->requires_grad || !e->grad || ignored(&dp->opt, e->name))
-      continue;
+    if (!reduced_entry(&dp->opt, e)) continue;
     dp->child_index[dp->nparams] = top_child_of(model, e->name);
     dp->params[dp->nparams++] = *e;
   }
@@ -422,6 +459,55 @@ static sbn_status backward_and_launch(sbn_dp *dp, sbn_tensor *grad_in, const sbn
   return st;
 }
 
+/* Gradient accumulation (several backwards before a step): a backward
+ * all-reduces only the gradients it computes; what the parameters held
+ * before it (reduced by the earlier backwards, the same on every rank) is
+ * set aside and added back after. Reducing the accumulated gradients would
+ * count the earlier ones P times under SBN_DP_REDUCE_SUM (and round them
+ * through P * g / P under AVERAGE). The store is made at the first
+ * backward that finds a gradient not zero, and kept. */
+static int zero_bits(const float *g, int64_t n) {
+  const uint32_t *u = (const uint32_t *)(const void *)g; /* -0.0f is kept too */
+  for (int64_t i = 0; i < n; i++)
+    if (u[i]) return 0;
+  return 1;
+}
+
+static sbn_status set_earlier_aside(sbn_dp *dp) {
+  int64_t need = 0;
+  int any = 0;
+  for (int i = 0; i < dp->nparams; i++) {
+    dp->had_earlier[i] = !zero_bits(dp->params[i].grad, dp->params[i].numel);
+    any |= dp->had_earlier[i];
+    need += dp->params[i].numel;
+  }
+  if (!any) return SBN_STATUS_OK;
+  if (need > dp->earlier_cap) {
+    float *p = malloc(sizeof(float) * (size_t)need);
+    if (!p)
+      return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "sbn_dp_backward: out of memory for the accumulated gradients");
+    free(dp->earlier);
+    dp->earlier = p, dp->earlier_cap = need;
+  }
+  float *p = dp->earlier;
+  for (int i = 0; i < dp->nparams; i++) {
+    const size_t bytes = sizeof(float) * (size_t)dp->params[i].numel;
+    if (dp->had_earlier[i]) memcpy(p, dp->params[i].grad, bytes), memset(dp->params[i].grad, 0, bytes);
+    p += dp->params[i].numel;
+  }
+  return SBN_STATUS_OK;
+}
+
+static void add_earlier_back(sbn_dp *dp) {
+  const float *p = dp->earlier;
+  for (int i = 0; i < dp->nparams; i++) {
+    float *g = dp->params[i].grad;
+    if (dp->had_earlier[i])
+      for (int64_t j = 0; j < dp->params[i].numel; j++) g[j] = p[j] + g[j];
+    p += dp->params[i].numel;
+  }
+}
+
 sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
   sbn_clear_error();
   if (!dp) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_dp_backward: wrapper is NULL");
@@ -434,7 +520,11 @@ sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
   /* A failed call changes no gradient: the model's backward accumulates
    * into them before a later module or the all-reduce may still fail. */
   st = sbn_nn_grads_save(dp->model);
-  if (st != SBN_STATUS_OK) return give_up_if_untold(dp, st, told);
+  if (st == SBN_STATUS_OK && P > 1) st = set_earlier_aside(dp); /* undone by the restore below */
+  if (st != SBN_STATUS_OK) {
+    sbn_nn_grads_restore(dp->model);
+    return give_up_if_untold(dp, st, told);
+  }
   sbn_tensor grad_in;
   st = backward_and_launch(dp, &grad_in, dy);
   /* A rank that failed locally leaves the groups if its peers do not know
@@ -453,6 +543,7 @@ sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
   if (P > 1) {
     const float divisor = dp->opt.reduce == SBN_DP_REDUCE_AVERAGE ? (float)P : 1.0f;
     for (int k = 0; k < dp->nbuckets; k++) sbn_buckets_unpack(&dp->buckets[k], dp->params, divisor);
+    add_earlier_back(dp);
   }
   if (dx) *dx = grad_in;
   dp->backward_failed = 0;

@@ -94,19 +94,12 @@ static sbn_status collect(slots *S, sbn_module *m, int (*match)(const sbn_module
   return SBN_STATUS_OK;
 }
 
-static int wrapped_below(const sbn_module *m) {
-  if (m->wrapped) return 1;
-  for (int i = 0; i < m->nchild; i++)
-    if (wrapped_below(m->child[i])) return 1;
-  return 0;
-}
-
 static sbn_status transform(sbn_module **out, sbn_module *module, sbn_group *group, int to_sync, const char *call) {
   sbn_clear_error();
   if (!out || !module) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: NULL argument", call);
   /* *out is written only on success: callers pass the pointer they convert
    * (sbn_nn_convert_sync_batchnorm(&net, net, g)), which a failure must keep. */
-  if (sbn_module_is_wrapped(module) == 1 || wrapped_below(module))
+  if (sbn_module_is_wrapped(module) == 1 || sbn_nn_wrapped_below(module))
     return sbn_fail(SBN_STATUS_BAD_STATE,
                     "%s: the model is already wrapped for data-parallel training; convert BatchNorm layers "
                     "before wrapping",

@@ -22,5 +22,9 @@ sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy);
 sbn_status sbn_nn_grads_save(sbn_module *root);
 /* Put back exactly what the last sbn_nn_grads_save of `root` saw. */
 void sbn_nn_grads_restore(sbn_module *root);
+/* A wrapper holds its model as a root: is m some module's child? Is m, or
+ * any module below it, wrapped already? */
+int sbn_nn_has_parent(const sbn_module *m);
+int sbn_nn_wrapped_below(const sbn_module *m);
 
 #endif

@@ -145,12 +145,13 @@ sbn_status sbn_module_destroy(sbn_module *m) {
                     "sbn_module_destroy: this %s is a child of a %s; destroy the root instead",
                     sbn_module_kind_name(m->kind), sbn_module_kind_name(m->parent->kind));
   /* A wrapper keeps a pointer to its model and writes to it when it is
-   * destroyed: the model must outlive it. */
-  if (m->wrapped)
+   * destroyed: the model must outlive it (a wrapped module anywhere in the
+   * tree: one appended under this root after its wrapping). */
+  if (sbn_nn_wrapped_below(m))
     return sbn_fail(SBN_STATUS_BAD_STATE,
-                    "sbn_module_destroy: this %s is wrapped for data-parallel training; destroy the "
+                    "sbn_module_destroy: this %s %s wrapped for data-parallel training; destroy the "
                     "wrapper first (sbn_dp_destroy)",
-                    sbn_module_kind_name(m->kind));
+                    sbn_module_kind_name(m->kind), m->wrapped ? "is" : "holds a module");
   sbn_nn_module_free(m);
   return SBN_STATUS_OK;
 }
@@ -486,6 +487,15 @@ sbn_status sbn_module_set_wrapped(sbn_module *m, int wrapped) {
   if (!m) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_set_wrapped: module is NULL");
   m->wrapped = wrapped != 0;
   return SBN_STATUS_OK;
+}
+
+int sbn_nn_has_parent(const sbn_module *m) { return m && m->parent != NULL; }
+
+int sbn_nn_wrapped_below(const sbn_module *m) {
+  if (m->wrapped) return 1;
+  for (int i = 0; i < m->nchild; i++)
+    if (sbn_nn_wrapped_below(m->child[i])) return 1;
+  return 0;
 }
 
 int sbn_module_is_wrapped(const sbn_module *m) {

@@ -50,6 +50,8 @@ sbn_status sbn_nn_sequential_append(sbn_module *seq, const char *name, sbn_modul
     if (a == child) return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: a module cannot contain itself", call);
   if (sbn_module_is_wrapped(seq) == 1)
     return sbn_fail(SBN_STATUS_BAD_STATE, "%s: the tree is wrapped for data-parallel training", call);
+  if (sbn_nn_wrapped_below(child)) /* its wrapper holds it as a root */
+    return sbn_fail(SBN_STATUS_BAD_STATE, "%s: the child is wrapped for data-parallel training", call);
   char idx[24];
   if (!name) {
     snprintf(idx, sizeof idx, "%d", seq->nchild);

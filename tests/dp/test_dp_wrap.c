@@ -130,6 +130,16 @@ static int rank_main(sbn_group *world, void *arg) {
              sbn_module_is_wrapped(model) == 1 && sbn_module_num_children(model) > 0,
          "destroying the wrapped model gave %s: %s\n", sbn_status_name(st), sbn_last_error());
   if (rank == 0) printf("  destroy the wrapped model: %s: %s\n", sbn_status_name(st), sbn_last_error());
+
+  /* nor may the wrapped model become a child (a root destroyed later would
+   * free it under its wrapper) */
+  sbn_module *outer = NULL;
+  st = sbn_nn_sequential_create(&outer);
+  if (st == SBN_STATUS_OK) st = sbn_nn_sequential_append(outer, "inner", model);
+  EXPECT(st == SBN_STATUS_BAD_STATE && sbn_module_num_children(outer) == 0,
+         "appending the wrapped model to a Sequential gave %s: %s\n", sbn_status_name(st), sbn_last_error());
+  if (rank == 0) printf("  append the wrapped model to a Sequential: %s: %s\n", sbn_status_name(st), sbn_last_error());
+  sbn_module_destroy(outer);
   sbn_dp_destroy(dp);
   sbn_group_barrier(world);
   if (rank == 0) rank0_entries[0] = NULL;
