@@ -8,7 +8,7 @@ DEPS_BUILD += libopenblas-dev libcjson-dev zlib1g-dev
 DEPS_TEST += libopenblas-dev libcjson-dev zlib1g-dev python3-numpy python3-torch
 
 NN_TESTS := nn/test_nn_layers nn/test_nn_convert nn/test_nn_checkpoint nn/test_nn_checkpoint_edges nn/test_nn_limits \
-            nn/test_nn_convert_optim
+            nn/test_nn_convert_optim nn/test_nn_relu_special
 TESTS += $(NN_TESTS)
 NN_TEST_SUPPORT := $(BUILD)/tests/testutil.o $(BUILD)/tests/nn/nn_testutil.o
 

@@ -2,7 +2,8 @@
  * identity = downsample(x) (conv1x1 stride + BatchNorm2d) when the shape
  * changes. Children are named as in torchvision (conv1, bn1, conv2, bn2,
  * downsample.0, downsample.1) so state-dict keys match; the parameter-free
- * relu is applied inline. */
+ * relu is applied inline with ReLU's rules (NaN passes forward, and the
+ * gradient passes where the relu's output is not <= 0). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,7 @@ static sbn_status block_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *
   float *r = sbn_nn_buf_reserve(&b->relu1, n1, "BasicBlock.forward");
   if (!r) return SBN_STATUS_OUT_OF_MEMORY;
   const float *ud = u.data;
-  for (int64_t i = 0; i < n1; i++) r[i] = ud[i] > 0 ? ud[i] : 0.0f;
+  for (int64_t i = 0; i < n1; i++) r[i] = ud[i] < 0 ? 0.0f : ud[i];
   sbn_tensor a = sbn_nn_view(r, u.ndim, u.shape);
   st = sbn_nn_forward(b->conv2, &t, &a);
   if (st == SBN_STATUS_OK) st = sbn_nn_forward(b->bn2, &u, &t);
@@ -50,7 +51,7 @@ static sbn_status block_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *
   const float *p = u.data, *q = id.data;
   for (int64_t i = 0; i < n; i++) {
     float v = p[i] + q[i];
-    out[i] = v > 0 ? v : 0.0f;
+    out[i] = v < 0 ? 0.0f : v;
   }
   *y = sbn_nn_view(out, u.ndim, u.shape);
   return SBN_STATUS_OK;
@@ -63,7 +64,7 @@ static sbn_status block_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor
   float *ds = sbn_nn_buf_reserve(&b->dsum, n, "BasicBlock.backward");
   if (!ds) return SBN_STATUS_OUT_OF_MEMORY;
   const float *d = dy->data, *out = m->y.data;
-  for (int64_t i = 0; i < n; i++) ds[i] = out[i] > 0 ? d[i] : 0.0f;
+  for (int64_t i = 0; i < n; i++) ds[i] = out[i] <= 0 ? 0.0f : d[i];
   sbn_tensor dsum = sbn_nn_view(ds, dy->ndim, dy->shape), t, u, did = dsum;
   sbn_status st = sbn_nn_backward(b->bn2, &t, &dsum);
   if (st == SBN_STATUS_OK) st = sbn_nn_backward(b->conv2, &u, &t);
@@ -72,7 +73,7 @@ static sbn_status block_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor
   float *g = sbn_nn_buf_reserve(&b->dtmp, n1, "BasicBlock.backward");
   if (!g) return SBN_STATUS_OUT_OF_MEMORY;
   const float *ud = u.data, *r = b->relu1.p;
-  for (int64_t i = 0; i < n1; i++) g[i] = r[i] > 0 ? ud[i] : 0.0f;
+  for (int64_t i = 0; i < n1; i++) g[i] = r[i] <= 0 ? 0.0f : ud[i];
   sbn_tensor dr = sbn_nn_view(g, u.ndim, u.shape);
   st = sbn_nn_backward(b->bn1, &t, &dr);
   if (st == SBN_STATUS_OK) st = sbn_nn_backward(b->conv1, &u, &t);

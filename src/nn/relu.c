@@ -1,5 +1,6 @@
-/* ReLU: y = max(x, 0); backward masks dy with y > 0 (as PyTorch's
- * threshold_backward on the result). */
+/* ReLU: y = x < 0 ? 0 : x, as PyTorch: NaN and -0.0 pass through unchanged.
+ * Backward zeroes dy where y <= 0 (PyTorch's threshold_backward on the
+ * result), so the gradient passes where y is NaN. */
 #include "module.h"
 
 static sbn_status relu_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x) {
@@ -7,7 +8,7 @@ static sbn_status relu_forward(sbn_module *m, sbn_tensor *y, const sbn_tensor *x
   float *out = sbn_nn_buf_reserve(&m->out, n, "ReLU.forward");
   if (!out) return SBN_STATUS_OUT_OF_MEMORY;
   const float *in = x->data;
-  for (int64_t i = 0; i < n; i++) out[i] = in[i] > 0 ? in[i] : 0.0f;
+  for (int64_t i = 0; i < n; i++) out[i] = in[i] < 0 ? 0.0f : in[i];
   *y = sbn_nn_view(out, x->ndim, x->shape);
   return SBN_STATUS_OK;
 }
@@ -17,7 +18,7 @@ static sbn_status relu_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor 
   float *g = sbn_nn_buf_reserve(&m->dx, n, "ReLU.backward");
   if (!g) return SBN_STATUS_OUT_OF_MEMORY;
   const float *d = dy->data, *y = m->y.data;
-  for (int64_t i = 0; i < n; i++) g[i] = y[i] > 0 ? d[i] : 0.0f;
+  for (int64_t i = 0; i < n; i++) g[i] = y[i] <= 0 ? 0.0f : d[i];
   *dx = sbn_nn_view(g, m->x.ndim, m->x.shape);
   return SBN_STATUS_OK;
 }
