@@ -32,7 +32,10 @@ SBN_API sbn_status sbn_dataset_load_cifar10(sbn_dataset *out, const char *const 
 /* MNIST IDX: an image file (magic 0x00000803, count, rows, cols, bytes) and a
  * label file (magic 0x00000801, count, bytes). Magic, sizes, counts and labels
  * (< 10) are checked; errors name the file and what was wrong. Files may be
- * gzipped, as MNIST and Fashion-MNIST are distributed (inflated with zlib). */
+ * gzipped, as MNIST and Fashion-MNIST are distributed (inflated with zlib);
+ * a gzip file of several members (cat a.gz b.gz, bgzip, pigz -i) reads whole,
+ * as zcat reads it, and data after the last member other than zero padding
+ * is an error. */
 SBN_API sbn_status sbn_dataset_load_mnist(sbn_dataset *out, const char *images_path, const char *labels_path);
 
 /* The built-in synthetic dataset (offline default): `count` 3x16x16 images

@@ -1,12 +1,16 @@
 /* Dataset loaders on small files written here: CIFAR-10 binary and MNIST IDX
  * (good files load with the right labels and pixels; truncated files, wrong
- * magic, bad labels and mismatched counts give a clear error), and the
+ * magic, bad labels and mismatched counts give a clear error; gzipped MNIST
+ * of several members loads whole, as zcat and Python's gzip read it, and a
+ * truncated or trailing-garbage gzip file is refused), and the
  * synthetic dataset (deterministic, and its class signal is the image's mean
  * colour: visible over a large batch, mostly erased by a batch of 2). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <zlib.h>
 
 #include "syncbn_data.h"
 
@@ -69,6 +73,53 @@ static void cifar(const char *dir) {
   free(buf);
 }
 
+/* One gzip member of data[0, n) appended at out + *len (cap bytes in all). */
+static void gz_member(unsigned char *out, size_t *len, size_t cap, const unsigned char *data, size_t n) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) exit(1);
+  z.next_in = (unsigned char *)data, z.avail_in = (uInt)n;
+  z.next_out = out + *len, z.avail_out = (uInt)(cap - *len);
+  if (deflate(&z, Z_FINISH) != Z_STREAM_END) exit(1);
+  *len = cap - z.avail_out;
+  deflateEnd(&z);
+}
+
+/* Gzipped MNIST files of several members: images split inside the header
+ * (members of 10 bytes, 0 bytes and the rest), labels with zero padding
+ * after their member (gzip and Python skip it). */
+static void mnist_gzip(const char *dir, const unsigned char *img, size_t ni, const unsigned char *lab, size_t nl) {
+  enum { CAP = 4096 };
+  unsigned char gi[CAP], gl[CAP];
+  size_t li = 0, ll = 0;
+  gz_member(gi, &li, CAP, img, 10), gz_member(gi, &li, CAP, img + 10, 0), gz_member(gi, &li, CAP, img + 10, ni - 10);
+  gz_member(gl, &ll, CAP, lab, nl);
+  memset(gl + ll, 0, 4), ll += 4;
+  char ip[256], lp[256], bad[256], detail[300];
+  snprintf(ip, sizeof ip, "%s/mm-images.gz", dir), snprintf(lp, sizeof lp, "%s/mm-labels.gz", dir);
+  snprintf(bad, sizeof bad, "%s/mm-bad.gz", dir);
+  write_file(ip, gi, li), write_file(lp, gl, ll);
+  sbn_dataset d;
+  sbn_status st = sbn_dataset_load_mnist(&d, ip, lp);
+  double err = 0;
+  const int64_t np = (int64_t)ni - 16;
+  for (int64_t i = 0; st == SBN_STATUS_OK && i < np; i++) err = fmax(err, fabs(d.images[i] - (img[16 + i] / 255.0 - 0.5) * 4));
+  snprintf(detail, sizeof detail, "%s; %lld images, max pixel error %.1e", st ? sbn_last_error() : "loaded",
+           (long long)(st ? 0 : d.count), err);
+  expect(st == SBN_STATUS_OK && d.count == 3 && d.labels[0] == 7 && d.labels[2] == 9 && err < 1e-6,
+         "MNIST: gzip of 3 members (images), padded (labels) loads", detail);
+  sbn_dataset_free(&d);
+  write_file(bad, gi, li - 5);
+  st = sbn_dataset_load_mnist(&d, bad, lp);
+  expect(st == SBN_STATUS_INVALID_ARGUMENT && strstr(sbn_last_error(), "corrupt or truncated gzip data in member 3"),
+         "MNIST: multi-member gzip cut short rejected", sbn_last_error());
+  memcpy(gl + ll - 4, "junk", 4);
+  write_file(bad, gl, ll);
+  st = sbn_dataset_load_mnist(&d, ip, bad);
+  expect(st == SBN_STATUS_INVALID_ARGUMENT && strstr(sbn_last_error(), "gzip data in member 2"),
+         "MNIST: gzip followed by non-gzip bytes rejected", sbn_last_error());
+}
+
 static void mnist(const char *dir) {
   enum { N = 3, R = 4, C = 5 };
   unsigned char img[16 + N * R * C], lab[8 + N];
@@ -109,6 +160,7 @@ static void mnist(const char *dir) {
   st = sbn_dataset_load_mnist(&d, ip, bad);
   expect(st == SBN_STATUS_INVALID_ARGUMENT && strstr(sbn_last_error(), "4 labels for 3 images"),
          "MNIST: count mismatch rejected", sbn_last_error());
+  mnist_gzip(dir, img, sizeof img, lab, sizeof lab);
 }
 
 /* Nearest class contrast from each image's standard deviation, after
