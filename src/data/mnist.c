@@ -22,12 +22,19 @@ sbn_status sbn_dataset_load_mnist(sbn_dataset *out, const char *images_path, con
   if (st == SBN_STATUS_OK) st = sbn_gunzip_if_needed(&lab, &lab_size, labels_path);
   uint32_t n = 0, rows = 0, cols = 0;
   if (st == SBN_STATUS_OK) {
-    if (img_size < 16 || be32(img) != 0x00000803)
+    /* The magic first: a short file with a wrong one is not IDX at all. */
+    if (img_size < 4 || be32(img) != 0x00000803)
       st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: not an IDX image file (magic %#x, expected 0x803)",
                     images_path, img_size >= 4 ? be32(img) : 0);
-    else if (lab_size < 8 || be32(lab) != 0x00000801)
+    else if (img_size < 16)
+      st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %zu bytes, shorter than an IDX image header (16; truncated?)",
+                    images_path, img_size);
+    else if (lab_size < 4 || be32(lab) != 0x00000801)
       st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: not an IDX label file (magic %#x, expected 0x801)",
                     labels_path, lab_size >= 4 ? be32(lab) : 0);
+    else if (lab_size < 8)
+      st = sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "%s: %zu bytes, shorter than an IDX label header (8; truncated?)",
+                    labels_path, lab_size);
   }
   if (st == SBN_STATUS_OK) {
     n = be32(img + 4), rows = be32(img + 8), cols = be32(img + 12);

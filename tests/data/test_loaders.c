@@ -144,6 +144,14 @@ static void mnist(const char *dir) {
   st = sbn_dataset_load_mnist(&d, bad, lp);
   expect(st == SBN_STATUS_INVALID_ARGUMENT && strstr(sbn_last_error(), "truncated"), "MNIST: truncated images rejected",
          sbn_last_error());
+  write_file(bad, img, 10);
+  st = sbn_dataset_load_mnist(&d, bad, lp);
+  expect(st == SBN_STATUS_INVALID_ARGUMENT && strstr(sbn_last_error(), "10 bytes, shorter than an IDX image header"),
+         "MNIST: images cut inside the header rejected as such", sbn_last_error());
+  write_file(bad, lab, 6);
+  st = sbn_dataset_load_mnist(&d, ip, bad);
+  expect(st == SBN_STATUS_INVALID_ARGUMENT && strstr(sbn_last_error(), "6 bytes, shorter than an IDX label header"),
+         "MNIST: labels cut inside the header rejected as such", sbn_last_error());
   unsigned char wrong[sizeof img];
   memcpy(wrong, img, sizeof img);
   put32(wrong, 0x801);
