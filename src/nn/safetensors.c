@@ -448,36 +448,39 @@ static int write_all(int fd, const void *p, size_t n, long *written) {
   return 0;
 }
 
-/* Temporary files are "<path>" ST_TMP_MARK "XXXXXX", the X's filled by
- * mkstemp from [A-Za-z0-9]. The marker keeps a user's file such as
- * "<path>.tmp-backup" from ever looking like one of ours. */
+/* Temporary files are "<base>" ST_TMP_MARK "XXXXXX" beside the target
+ * <base>, the X's filled by mkstemp from [A-Za-z0-9]. The marker keeps a
+ * user's file such as "<base>.tmp-backup" from ever looking like one of
+ * ours. A base too long for that to fit the directory's NAME_MAX gets the
+ * short form ST_TMP_MARK "<16 hex digits of a hash of base>-XXXXXX" instead,
+ * still in the same directory so the rename stays atomic. The part before
+ * the X's is the "stem". */
 #define ST_TMP_MARK ".tmp-syncbn-"
 #define ST_TMP_RANDOM 6
 
-static int is_our_temp(const char *name, const char *base, size_t bl) {
-  const size_t ml = strlen(ST_TMP_MARK);
-  if (strncmp(name, base, bl) || strncmp(name + bl, ST_TMP_MARK, ml)) return 0;
-  const char *r = name + bl + ml;
+static int is_our_temp(const char *name, const char *stem, size_t sl) {
+  if (strncmp(name, stem, sl)) return 0;
+  const char *r = name + sl;
   for (int i = 0; i < ST_TMP_RANDOM; i++, r++)
     if (!((*r >= 'A' && *r <= 'Z') || (*r >= 'a' && *r <= 'z') || (*r >= '0' && *r <= '9'))) return 0;
   return *r == 0;
 }
 
 /* A save that crashed (kill -9, power loss) leaves its temporary file
- * behind. Before writing, remove those of <dir>/<base> that no live writer
+ * behind. Before writing, remove those of <dir>/<stem> that no live writer
  * owns: a writer holds an exclusive flock on its temporary file until it has
  * been renamed, and a crashed process holds no lock. Files changed in the
  * last few seconds are left for the next save (a writer between mkstemp and
  * flock is unlocked for an instant). Best effort: nothing here fails a save. */
-static void remove_stale_temps(const char *dir, const char *base) {
-  size_t bl = strlen(base);
-  DIR *d = bl ? opendir(dir) : NULL;
+static void remove_stale_temps(const char *dir, const char *stem) {
+  size_t sl = strlen(stem);
+  DIR *d = sl ? opendir(dir) : NULL;
   if (!d) return;
   const time_t now = time(NULL);
   for (struct dirent *de; (de = readdir(d));) {
     const char *n = de->d_name;
     char full[8192];
-    if (!is_our_temp(n, base, bl) || snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full) continue;
+    if (!is_our_temp(n, stem, sl) || snprintf(full, sizeof full, "%s/%s", dir, n) >= (int)sizeof full) continue;
     int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat sb;
@@ -534,16 +537,27 @@ static sbn_status write_failed(const char *call, const char *path, int err, unsi
                   strerror(err));
 }
 
-/* "<target>" ST_TMP_MARK "XXXXXX" and the directory holding target. */
-static int temp_names(const char *target, char **tmp, char **dir) {
-  const size_t pl = strlen(target), tl = pl + strlen(ST_TMP_MARK) + ST_TMP_RANDOM + 1;
-  *tmp = malloc(tl), *dir = malloc(pl + 2);
-  if (!*tmp || !*dir) return free(*tmp), free(*dir), *tmp = *dir = NULL, -1;
-  snprintf(*tmp, tl, "%s%sXXXXXX", target, ST_TMP_MARK);
-  const char *slash = strrchr(target, '/');
+/* The temporary file's template <dir>/<stem>XXXXXX (*tmp), the stem alone
+ * (*stem) and the directory holding target (*dir). */
+static int temp_names(const char *target, char **tmp, char **stem, char **dir) {
+  const size_t pl = strlen(target);
+  const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+  const size_t dl = (size_t)(base - target), bl = strlen(base), ml = strlen(ST_TMP_MARK);
+  *tmp = malloc(pl + ml + 17 + ST_TMP_RANDOM + 1), *stem = malloc(bl + ml + 18), *dir = malloc(pl + 2);
+  if (!*tmp || !*stem || !*dir) return free(*tmp), free(*stem), free(*dir), *tmp = *stem = *dir = NULL, -1;
   if (!slash) strcpy(*dir, ".");
   else if (slash == target) strcpy(*dir, "/");
-  else memcpy(*dir, target, (size_t)(slash - target)), (*dir)[slash - target] = 0;
+  else memcpy(*dir, target, dl - 1), (*dir)[dl - 1] = 0;
+  long name_max = pathconf(*dir, _PC_NAME_MAX);
+  if (name_max <= 0) name_max = 255; /* unknown: Linux file systems' usual limit */
+  if (bl + ml + ST_TMP_RANDOM <= (size_t)name_max) {
+    snprintf(*stem, bl + ml + 18, "%s%s", base, ST_TMP_MARK);
+  } else {
+    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a: concurrent saves of one target share the stem */
+    for (const unsigned char *c = (const unsigned char *)base; *c; c++) h = (h ^ *c) * 0x100000001b3u;
+    snprintf(*stem, bl + ml + 18, "%s%016llx-", ST_TMP_MARK, (unsigned long long)h);
+  }
+  snprintf(*tmp, pl + ml + 17 + ST_TMP_RANDOM + 1, "%.*s%sXXXXXX", (int)dl, target, *stem);
   return 0;
 }
 
@@ -553,15 +567,15 @@ static int temp_names(const char *target, char **tmp, char **dir) {
  * permissions, a new one gets 0666 less the umask. */
 static sbn_status save_atomically(const char *path, const char *hdr, size_t hdr_len, const sbn_nn_entry *e,
                                   int count, const char *call) {
-  char *target, *tmp = NULL, *dir = NULL;
+  char *target, *tmp = NULL, *stem = NULL, *dir = NULL;
   sbn_status st = sbn_save_target(&target, path, call);
   if (st != SBN_STATUS_OK) return st;
-  if (temp_names(target, &tmp, &dir) != 0) {
+  if (temp_names(target, &tmp, &stem, &dir) != 0) {
     free(target);
     return sbn_fail(SBN_STATUS_OUT_OF_MEMORY, "%s: out of memory", call);
   }
   const char *slash = strrchr(target, '/');
-  remove_stale_temps(dir, slash ? slash + 1 : target);
+  if ((slash ? slash[1] : *target) != 0) remove_stale_temps(dir, stem); /* no base: no temps of its own */
   int fd = sbn_create_temp(tmp, target);
   if (fd < 0) {
     st = sbn_fail(SBN_STATUS_IO_ERROR, "%s: cannot create a temporary file next to %s: %s", call, target,
@@ -590,7 +604,7 @@ static sbn_status save_atomically(const char *path, const char *hdr, size_t hdr_
       }
     }
   }
-  free(target), free(tmp), free(dir);
+  free(target), free(tmp), free(stem), free(dir);
   return st;
 }
 
