@@ -466,18 +466,11 @@ static sbn_status backward_and_launch(sbn_dp *dp, sbn_tensor *grad_in, const sbn
  * count the earlier ones P times under SBN_DP_REDUCE_SUM (and round them
  * through P * g / P under AVERAGE). The store is made at the first
  * backward that finds a gradient not zero, and kept. */
-static int zero_bits(const float *g, int64_t n) {
-  const uint32_t *u = (const uint32_t *)(const void *)g; /* -0.0f is kept too */
-  for (int64_t i = 0; i < n; i++)
-    if (u[i]) return 0;
-  return 1;
-}
-
 static sbn_status set_earlier_aside(sbn_dp *dp) {
   int64_t need = 0;
   int any = 0;
   for (int i = 0; i < dp->nparams; i++) {
-    dp->had_earlier[i] = !zero_bits(dp->params[i].grad, dp->params[i].numel);
+    dp->had_earlier[i] = !sbn_nn_all_zero_bits(dp->params[i].grad, dp->params[i].numel);
     any |= dp->had_earlier[i];
     need += dp->params[i].numel;
   }
@@ -519,8 +512,10 @@ sbn_status sbn_dp_backward(sbn_dp *dp, sbn_tensor *dx, const sbn_tensor *dy) {
   const uint64_t told = sbn_failures_told();
   /* A failed call changes no gradient: the model's backward accumulates
    * into them before a later module or the all-reduce may still fail. */
-  st = sbn_nn_grads_save(dp->model);
-  if (st == SBN_STATUS_OK && P > 1) st = set_earlier_aside(dp); /* undone by the restore below */
+  int64_t copied = 0; /* floats of gradients that were not zero: none after a zero_grad */
+  st = sbn_nn_grads_save(dp->model, &copied);
+  for (int i = 0; i < dp->nparams; i++) dp->had_earlier[i] = 0;
+  if (st == SBN_STATUS_OK && P > 1 && copied > 0) st = set_earlier_aside(dp); /* undone by the restore below */
   if (st != SBN_STATUS_OK) {
     sbn_nn_grads_restore(dp->model);
     return give_up_if_untold(dp, st, told);

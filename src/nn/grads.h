@@ -18,8 +18,11 @@ sbn_status sbn_nn_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *dy);
 /* Remember every gradient of the tree that a backward may change (those of
  * parameters requiring grad), in storage kept by `root`: one read pass, and
  * a copy only of the gradients that are not all zero (after zero_grad
- * nothing is copied). Fails (out of memory) before anything changed. */
-sbn_status sbn_nn_grads_save(sbn_module *root);
+ * nothing is copied; *copied, if not NULL: how many floats were). Fails
+ * (out of memory) before anything changed. */
+sbn_status sbn_nn_grads_save(sbn_module *root, int64_t *copied);
+/* Are all n floats at g +0.0f (-0.0f is not)? */
+int sbn_nn_all_zero_bits(const float *g, int64_t n);
 /* Put back exactly what the last sbn_nn_grads_save of `root` saw. */
 void sbn_nn_grads_restore(sbn_module *root);
 /* A wrapper holds its model as a root: is m some module's child? Is m, or

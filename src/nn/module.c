@@ -400,7 +400,7 @@ int sbn_nn_has_forward(const sbn_module *m) { return m && m->have_fwd; }
  * only gradients being accumulated over several backwards are copied. */
 enum { GRAD_NOT_SAVED = 0, GRAD_WAS_ZERO = 1, GRAD_COPIED = 2 };
 
-static int all_zero_bits(const float *g, int64_t n) {
+int sbn_nn_all_zero_bits(const float *g, int64_t n) {
   const uint32_t *u = (const uint32_t *)(const void *)g; /* -0.0f is not zero here */
   for (int64_t i = 0; i < n; i++)
     if (u[i]) return 0;
@@ -413,7 +413,7 @@ static void grads_mark(sbn_module *m, int64_t *to_copy) {
     sbn_nn_local *l = &m->local[i];
     l->grad_saved = GRAD_NOT_SAVED;
     if (!l->grad || !l->requires_grad || l->numel <= 0) continue;
-    l->grad_saved = all_zero_bits(l->grad, l->numel) ? GRAD_WAS_ZERO : GRAD_COPIED;
+    l->grad_saved = sbn_nn_all_zero_bits(l->grad, l->numel) ? GRAD_WAS_ZERO : GRAD_COPIED;
     if (l->grad_saved == GRAD_COPIED) *to_copy += l->numel;
   }
   for (int i = 0; i < m->nchild; i++) grads_mark(m->child[i], to_copy);
@@ -439,9 +439,10 @@ static void grads_move(sbn_module *m, float *store, int64_t *at, int restore) {
   for (int i = 0; i < m->nchild; i++) grads_move(m->child[i], store, at, restore);
 }
 
-sbn_status sbn_nn_grads_save(sbn_module *root) {
+sbn_status sbn_nn_grads_save(sbn_module *root, int64_t *copied) {
   int64_t n = 0, at = 0;
   grads_mark(root, &n);
+  if (copied) *copied = n;
   float *store = n > 0 ? sbn_nn_buf_reserve(&root->saved, n, "backward (saving the gradients)") : NULL;
   if (n > 0 && !store) {
     grads_unmark(root); /* a restore after this failure must change nothing */
@@ -461,7 +462,7 @@ sbn_status sbn_module_backward(sbn_module *m, sbn_tensor *dx, const sbn_tensor *
   if (!m || !dx)
     return sbn_fail(SBN_STATUS_INVALID_ARGUMENT, "sbn_module_backward: %s is NULL", m ? "dx" : "module");
   sbn_status st = sbn_nn_backward_prepare(m, dy);
-  if (st == SBN_STATUS_OK) st = sbn_nn_grads_save(m);
+  if (st == SBN_STATUS_OK) st = sbn_nn_grads_save(m, NULL);
   if (st != SBN_STATUS_OK) return st;
   const sbn_tensor dyin = as_module_input(dy);
   st = m->ops->backward(m, dx, &dyin); /* checked by the prepare step */
